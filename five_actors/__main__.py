@@ -1,0 +1,3 @@
+from five_actors.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The five actors: game, inference, learner, parameter server and eval."""

@@ -1,0 +1,8 @@
+"""The benchmarks behind `five-actors bench NAME`.
+
+Each benchmark is a module here with `add_arguments(parser)` and `run(args) -> dict`; the
+command prints the dict as one JSON object.
+"""
+
+BENCHMARKS: dict[str, str] = {}
+"""Benchmark name -> module path."""

@@ -1,0 +1,171 @@
+"""Config files (TOML) into typed dataclasses, with `--set a.b=c` overrides.
+
+Each section of a config file is a dataclass owned by the package that uses it; `Config`
+gathers them. Every key is checked against its field's type, unknown keys are refused, and a
+dataclass's `__post_init__` may raise ValueError to refuse a value: the loader turns each of
+these into a ConfigError naming the full key, so nothing starts on a bad config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+from five_actors.errors import ConfigError
+
+T = TypeVar("T")
+
+BUNDLED = resources.files("five_actors") / "conf"
+
+
+def bundled_configs() -> list[str]:
+    """Names of the configs shipped inside the package (default, smoke, ...)."""
+    return sorted(p.name.removesuffix(".toml") for p in BUNDLED.iterdir() if p.name.endswith(".toml"))
+
+
+def resolve_config_path(name: str | Path) -> Path:
+    """A config file's path: an existing file, else a bundled config named `name` or `conf/NAME.toml`."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    stem = path.name.removesuffix(".toml")
+    candidate = BUNDLED / f"{stem}.toml"
+    if candidate.is_file():
+        return Path(str(candidate))
+    raise ConfigError(f"config {str(name)!r} not found: not a file, and not one of the bundled configs {bundled_configs()}")
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse one TOML file, naming the file and position on a syntax error."""
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+
+
+def apply_override(tree: dict[str, Any], assignment: str) -> None:
+    """Apply one `a.b.c=value` override in place; the value is parsed as TOML (strings may be bare)."""
+    key, sep, raw = assignment.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set {assignment!r}: expected KEY=VALUE, for example --set ppo.learning_rate=1e-4")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    *parents, leaf = key.split(".")
+    node = tree
+    for part in parents:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {assignment!r}: {part!r} is a value, not a section")
+        node = child
+    node[leaf] = value
+
+
+def from_mapping(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
+    """Build dataclass `cls` from `data`, checking every key and type; errors name the key."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where or 'config'}: expected a table, got {_describe(data)}")
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"{_join(where, unknown[0])}: unknown key (known keys: {', '.join(sorted(fields))})")
+    kwargs = {name: _convert(hints[name], data[name], _join(where, name)) for name in fields if name in data}
+    missing = [name for name, f in fields.items() if name not in kwargs and _required(f)]
+    if missing:
+        raise ConfigError(f"{_join(where, missing[0])}: required key is missing")
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:
+        raise ConfigError(f"{where or 'config'}: {exc}") from None
+
+
+def _required(field: dataclasses.Field[Any]) -> bool:
+    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _describe(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+def _convert(hint: Any, value: Any, where: str) -> Any:
+    origin, args = get_origin(hint), get_args(hint)
+    if hint is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _convert(arg, value, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: {_describe(value)} fits none of {hint}")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{where}: {value!r} is not one of {', '.join(repr(a) for a in args)}")
+        return value
+    if dataclasses.is_dataclass(hint):
+        return from_mapping(hint, value, where)  # type: ignore[arg-type]
+    if origin in (list, tuple) or hint in (list, tuple):
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {_describe(value)}")
+        item = args[0] if args else Any
+        items = [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if (origin or hint) is tuple else items
+    if origin is dict or hint is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a table, got {_describe(value)}")
+        item = args[1] if args else Any
+        return {str(k): _convert(item, v, f"{where}.{k}") for k, v in value.items()}
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {_describe(value)}")
+        return float(value)
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {_describe(value)}")
+        return value
+    if hint in (str, bool):
+        if not isinstance(value, hint):
+            raise ConfigError(f"{where}: expected {hint.__name__}, got {_describe(value)}")
+        return value
+    if hint is Path:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a path string, got {_describe(value)}")
+        return Path(value)
+    raise ConfigError(f"{where}: fields of type {hint!r} cannot be set from a config file")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """A whole config file: one field per section. Sections are owned by their packages."""
+
+    name: str = "custom"
+    """The config's name, used in the run directory's name."""
+
+
+def load_config(name: str | Path, overrides: typing.Sequence[str] = ()) -> Config:
+    """Read a config file (a path or a bundled name), apply `--set` overrides, validate it all."""
+    path = resolve_config_path(name)
+    tree = read_toml(path)
+    tree.setdefault("name", path.name.removesuffix(".toml"))
+    for assignment in overrides:
+        apply_override(tree, assignment)
+    try:
+        return from_mapping(Config, tree)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None

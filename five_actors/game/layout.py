@@ -1,0 +1,163 @@
+"""The observation and action layout shared by every environment and the model.
+
+An environment is stepped as one batch of *rows*: one row per controlled agent (for the lane
+game, every hero of both teams of every game; row = game * teams * heroes + team * heroes + hero).
+
+Observations are one float32 array `[rows, ObsSpec.size]`. The row is a concatenation of
+entity blocks; block `b` holds `b.slots` entities of `len(b.features)` features each, slot-major.
+The first feature of every block with more than one slot is `present` (1.0 when the slot
+holds a visible entity, else 0.0, and the slot's other features are 0.0): the model pools
+over present slots only.
+
+Actions are one int64 array `[rows, 1 + len(ActionSpec.heads)]`: column 0 is the action type,
+column 1 + h the choice of secondary head h (ignored when the type does not use that head).
+Masks are a dict of bool arrays: `masks["type"]` is `[rows, n_types]`; for each secondary head
+`masks[head.name]` is `[rows, n_types, head.size]`, the legal choices of that head given each
+type. A pointer head chooses among the slots of its `pointer_blocks`, in block order.
+
+Versions: a feature belongs to a game version; a newer version only appends features to the
+end of a block, so a model trained on an older layout can be carried across by surgery.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class EntityBlock:
+    """A block of `slots` entities, each described by the named features in order."""
+
+    name: str
+    slots: int
+    features: tuple[str, ...]
+
+    @property
+    def width(self) -> int:
+        return len(self.features)
+
+    @property
+    def size(self) -> int:
+        return self.slots * self.width
+
+
+@dataclass(frozen=True)
+class ObsSpec:
+    """The observation layout: named entity blocks, concatenated in order."""
+
+    blocks: tuple[EntityBlock, ...]
+    version: int = 1
+
+    @property
+    def size(self) -> int:
+        return sum(b.size for b in self.blocks)
+
+    def block(self, name: str) -> EntityBlock:
+        for b in self.blocks:
+            if b.name == name:
+                return b
+        raise KeyError(f"no entity block {name!r} (blocks: {[b.name for b in self.blocks]})")
+
+    def offset(self, name: str) -> int:
+        start = 0
+        for b in self.blocks:
+            if b.name == name:
+                return start
+            start += b.size
+        raise KeyError(f"no entity block {name!r} (blocks: {[b.name for b in self.blocks]})")
+
+    def split(self, obs: Any) -> dict[str, Any]:
+        """Views of a `[..., size]` array (numpy or torch) as `{block: [..., slots, width]}`."""
+        out, start = {}, 0
+        for b in self.blocks:
+            out[b.name] = obs[..., start : start + b.size].reshape(*obs.shape[:-1], b.slots, b.width)
+            start += b.size
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "blocks": [[b.name, b.slots, list(b.features)] for b in self.blocks]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ObsSpec:
+        return cls(tuple(EntityBlock(n, int(s), tuple(f)) for n, s, f in data["blocks"]), int(data["version"]))
+
+
+@dataclass(frozen=True)
+class ActionHead:
+    """A secondary action head: `size` choices, or a pointer over the slots of `pointer_blocks`."""
+
+    name: str
+    size: int
+    pointer_blocks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """The action layout: a primary type head, secondary heads, and which types use which heads."""
+
+    types: tuple[str, ...]
+    heads: tuple[ActionHead, ...] = ()
+    uses: tuple[tuple[bool, ...], ...] = field(default=())
+    """uses[type][head]: whether an action of that type uses that secondary head."""
+
+    def __post_init__(self) -> None:
+        if not self.uses:
+            object.__setattr__(self, "uses", tuple(tuple(True for _ in self.heads) for _ in self.types))
+        if len(self.uses) != len(self.types) or any(len(u) != len(self.heads) for u in self.uses):
+            raise ValueError("ActionSpec.uses must be [len(types)][len(heads)]")
+
+    @property
+    def columns(self) -> int:
+        return 1 + len(self.heads)
+
+    def uses_array(self) -> np.ndarray:
+        return np.array(self.uses, dtype=bool).reshape(len(self.types), len(self.heads))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "types": list(self.types),
+            "heads": [[h.name, h.size, list(h.pointer_blocks)] for h in self.heads],
+            "uses": [list(u) for u in self.uses],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ActionSpec:
+        heads = tuple(ActionHead(n, int(s), tuple(p)) for n, s, p in data["heads"])
+        return cls(tuple(data["types"]), heads, tuple(tuple(bool(x) for x in u) for u in data["uses"]))
+
+
+@dataclass
+class Step:
+    """What one batch step returns. Arrays are indexed by row."""
+
+    obs: np.ndarray
+    """float32 [rows, obs_spec.size], after auto-reset for rows whose game ended."""
+    masks: dict[str, np.ndarray]
+    """bool masks as described in the module docstring, for `obs`."""
+    rewards: np.ndarray
+    """float32 [rows], the shaped reward for the action just taken."""
+    dones: np.ndarray
+    """bool [rows], true where the game ended with this step (obs is then the next game's first)."""
+    infos: dict[str, np.ndarray] = field(default_factory=dict)
+    """per-row arrays: each reward component, and per-game facts such as `win` on done rows."""
+
+
+class BatchEnv(Protocol):
+    """A batch of games stepped together; the lane game and the gymnasium adapter both are one."""
+
+    obs_spec: ObsSpec
+    action_spec: ActionSpec
+    teams: int
+    """Sides per game (2 for the lane game, 1 for a single-agent gymnasium env)."""
+    agents_per_team: int
+    num_games: int
+
+    @property
+    def num_rows(self) -> int: ...
+
+    def reset(self, seed: int | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]: ...
+
+    def step(self, actions: np.ndarray) -> Step: ...

@@ -1,0 +1,1 @@
+"""The policy network, PPO, model specs and checkpoints."""

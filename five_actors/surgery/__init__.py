@@ -1,0 +1,1 @@
+"""Function-preserving changes of a model's shape."""

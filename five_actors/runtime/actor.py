@@ -187,8 +187,16 @@ class _Cell:
         self.messages_out = 0
         self.stop_reason = "shutdown"
         self.tasks: set[asyncio.Task[Any]] = set()
-        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"actor:{path}")
         self.done = asyncio.get_running_loop().create_future()
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"actor:{path}")
+        self.task.add_done_callback(self._task_finished)
+
+    def _task_finished(self, task: asyncio.Task[Any]) -> None:
+        # A task cancelled before its first step never runs `_run`, so its exit is recorded here.
+        if not self.done.done():
+            self.state = "crashed"
+            log.warning("actor_killed", actor=self.path)
+            self.system._exited(self, "killed", None)
 
     def spawn_task(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro, name=name or f"{self.path}:task")

@@ -53,7 +53,17 @@ def _close_message(reason: str) -> bytes:
 
 
 class Link:
-    """One open websocket to a peer node, with its counters and a queue for replies."""
+    """One open websocket to a peer node, with its counters and its send batch.
+
+    Frames queued in one turn of the event loop go out as one websocket message (fewer
+    syscalls and frame headers); a sender waits while the batch is full and the socket is
+    slow to drain, which is the link's backpressure.
+    """
+
+    BATCH_FRAMES = 256
+    """Most frames in one websocket message."""
+    BATCH_BYTES = 256 * 1024
+    """Frames above this size are sent alone, and a batch stops growing at it."""
 
     def __init__(self, ws: web.WebSocketResponse | aiohttp.ClientWebSocketResponse, peer: str, url: str, outbound: bool) -> None:
         self.ws = ws
@@ -66,7 +76,10 @@ class Link:
         self.closed = asyncio.get_running_loop().create_future()
         """Resolves with the reason when the link is gone."""
         self.replaced = False
-        self._outbox: deque[bytes] = deque()
+        self._batch: list[bytes] = []
+        self._batch_bytes = 0
+        self._room = asyncio.Event()
+        self._room.set()
         self._writer: asyncio.Task[None] | None = None
 
     @property
@@ -74,33 +87,58 @@ class Link:
         return not self.closed.done()
 
     async def send(self, frame: bytes) -> None:
-        """Write one frame, waiting while the socket's buffer is full (backpressure)."""
+        """Queue one frame for the writer, waiting while the batch is full (backpressure)."""
         if self.closed.done():
             raise ActorDown(f"link to node {self.peer} is down ({self.closed.result()})")
-        self.frames_out += 1
-        try:
-            await self.ws.send_bytes(frame)
-        except (ConnectionError, RuntimeError) as exc:
-            raise ActorDown(f"link to node {self.peer} lost while sending: {exc}") from None
+        self.post(frame)
+        if not self._room.is_set():
+            await self._room.wait()
+        if self.closed.done():
+            raise ActorDown(f"link to node {self.peer} is down ({self.closed.result()})")
 
     def post(self, frame: bytes) -> None:
-        """Queue a frame from synchronous code (a reply callback); sent in order by a writer task."""
+        """Queue one frame without waiting (for synchronous callers such as reply callbacks).
+
+        On a closed link the frame is dropped: the peer fails its own pending asks and watches
+        when it sees the link go.
+        """
         if self.closed.done():
             return
-        self._outbox.append(frame)
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.get_running_loop().create_task(self._drain(), name=f"link:{self.peer}:writer")
+        self.frames_out += 1
+        self._batch.append(frame)
+        self._batch_bytes += len(frame)
+        if len(self._batch) >= self.BATCH_FRAMES or self._batch_bytes >= self.BATCH_BYTES:
+            self._room.clear()
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._write(), name=f"link:{self.peer}:writer")
 
-    async def _drain(self) -> None:
-        while self._outbox:
-            try:
-                await self.send(self._outbox.popleft())
-            except ActorDown:
-                self._outbox.clear()
+    async def _write(self) -> None:
+        try:
+            while self._batch and not self.closed.done():
+                batch, self._batch, self._batch_bytes = self._batch, [], 0
+                self._room.set()
+                small: list[bytes] = []
+                for frame in batch:
+                    if len(frame) >= self.BATCH_BYTES:
+                        if small:
+                            await self.ws.send_bytes(b"".join(small))
+                            small = []
+                        await self.ws.send_bytes(frame)
+                    else:
+                        small.append(frame)
+                if small:
+                    await self.ws.send_bytes(b"".join(small) if len(small) > 1 else small[0])
+        except (ConnectionError, RuntimeError) as exc:
+            # The reader sees the same loss and runs the link-lost handling; drop what is queued.
+            self.mark_closed(f"send failed: {exc}")
+        finally:
+            self._writer = None
 
     def mark_closed(self, reason: str) -> None:
         if not self.closed.done():
             self.closed.set_result(reason)
+        self._batch.clear()
+        self._room.set()
 
     def info(self) -> dict[str, Any]:
         """What /actors shows about this link."""
@@ -390,8 +428,12 @@ class Transport:
             while True:
                 msg = await ws.receive()
                 if msg.type == WSMsgType.BINARY:
-                    link.frames_in += 1
-                    await self._on_frame(link, msg.data)
+                    for item in wire.decode_batch(msg.data, self.limits):
+                        link.frames_in += 1
+                        if isinstance(item, wire.Rejected):
+                            self._reject(link, item.error, item.id)
+                        else:
+                            await self._on_frame(link, item)
                 elif msg.type == WSMsgType.TEXT:
                     self._reject(link, WireError("text frames are not accepted: links carry binary msgpack frames"), None)
                 elif msg.type == WSMsgType.ERROR:
@@ -415,12 +457,7 @@ class Transport:
         log.warning("frame_rejected", peer=link.peer, reason=str(error), id=request_id)
         link.post(wire.encode_error(error, request_id))
 
-    async def _on_frame(self, link: Link, data: bytes) -> None:
-        try:
-            env = wire.decode(data, self.limits)
-        except WireError as exc:
-            self._reject(link, exc, wire.peek_id(data))
-            return
+    async def _on_frame(self, link: Link, env: wire.Envelope) -> None:
         kind = env.kind
         if kind == "tell" or kind == "ask":
             await self._deliver(link, env)

@@ -1,5 +1,8 @@
 """The wire codec: one msgpack map per frame, numpy arrays as one ext type.
 
+A websocket message carries one or more frames back to back (a link batches the frames
+queued in one turn of the event loop); `decode_batch` splits them, `decode` reads one.
+
 A frame is the envelope `{v, kind, to, from, id, type, body}`:
 
     v     protocol version (1)
@@ -26,6 +29,7 @@ import dataclasses
 import struct
 import sys
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -321,7 +325,53 @@ def decode(data: bytes, limits: WireLimits = WireLimits()) -> Envelope:
         raise WireError(f"frame must be bytes, got {type(data).__name__}")
     if len(data) > limits.max_frame_bytes:
         raise WireError(f"frame of {len(data)} bytes is over the limit of {limits.max_frame_bytes} bytes")
-    raw = _Decoder(limits).unpack(bytes(data) if not isinstance(data, bytes) else data, "frame")
+    return _envelope(_Decoder(limits).unpack(bytes(data), "frame"), limits)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A frame in a batch that failed to decode; `id` is its request id when readable."""
+
+    error: WireError
+    id: int | None
+
+
+def decode_batch(data: bytes, limits: WireLimits = WireLimits()) -> Iterator[Envelope | Rejected]:
+    """The frames of one websocket message (frames back to back), in order.
+
+    A bad frame yields one Rejected and ends the batch: after it there is no telling where
+    the next frame would start.
+    """
+    if len(data) > limits.max_frame_bytes:
+        yield Rejected(WireError(f"message of {len(data)} bytes is over the limit of {limits.max_frame_bytes} bytes"), None)
+        return
+    decoder = _Decoder(limits)
+    unpacker = msgpack.Unpacker(ext_hook=decoder.ext_hook, raw=False, strict_map_key=False, max_buffer_size=max(len(data), 1))
+    unpacker.feed(data)
+    while True:
+        offset = unpacker.tell()
+        if offset == len(data):
+            return
+        decoder.arrays = 0
+        try:
+            try:
+                raw = unpacker.unpack()
+            except msgpack.OutOfData:
+                raise WireError(f"frame is not valid msgpack: truncated after {offset} of {len(data)} bytes") from None
+            except (WireError, RecursionError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - msgpack raises many types; all mean a bad frame
+                raise WireError(f"frame is not valid msgpack: {type(exc).__name__}: {exc or 'invalid byte'}") from None
+            yield _envelope(raw, limits)
+        except RecursionError:
+            yield Rejected(WireError("frame is nested too deeply"), peek_id(data[offset:]))
+            return
+        except WireError as exc:
+            yield Rejected(exc, peek_id(data[offset:]))
+            return
+
+
+def _envelope(raw: Any, limits: WireLimits) -> Envelope:
     if not isinstance(raw, dict):
         raise WireError(f"frame must be a msgpack map (the envelope), got {type(raw).__name__}")
     if raw.keys() != ENVELOPE_KEYS:
@@ -357,8 +407,10 @@ def decode(data: bytes, limits: WireLimits = WireLimits()) -> Envelope:
 
 def peek_id(data: bytes) -> int | None:
     """The request id of a frame that failed to decode, if its envelope is readable at all."""
+    unpacker = msgpack.Unpacker(ext_hook=lambda code, payload: None, raw=False, strict_map_key=False, max_buffer_size=max(len(data), 1))
     try:
-        raw = msgpack.unpackb(data, ext_hook=lambda code, payload: None, raw=False, strict_map_key=False)
+        unpacker.feed(data)
+        raw = unpacker.unpack()
     except Exception:  # noqa: BLE001 - best effort: an unreadable frame has no id
         return None
     if isinstance(raw, dict) and raw.get("kind") == "ask":

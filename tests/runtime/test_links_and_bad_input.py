@@ -126,7 +126,7 @@ def _ask_frame(**fields: object) -> bytes:
 
 
 BAD_INPUT = {
-    "random bytes": (b"\x00\xff\xc1 not msgpack at all", None, "not valid msgpack"),
+    "random bytes": (b"\xc1\xff\x00 not msgpack at all", None, "not valid msgpack"),
     "truncated msgpack": (_ask_frame()[:-4], None, "not valid msgpack"),
     "wrong envelope": (msgpack.packb({"hello": "world"}), None, "envelope keys do not match"),
     "unknown message type": (_ask_frame(type="NoSuchMessage"), 11, "unknown message type 'NoSuchMessage'"),

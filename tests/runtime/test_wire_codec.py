@@ -133,6 +133,17 @@ def test_limits_on_frame_size_and_array_count() -> None:
         wire.decode(frame, wire.WireLimits(max_arrays=4))
 
 
+def test_a_batch_of_frames_decodes_in_order_and_stops_at_a_bad_one() -> None:
+    good = [wire.encode("tell", to="n/a", body=Ping(i)) for i in range(3)]
+    items = list(wire.decode_batch(b"".join(good)))
+    assert [item.body.n for item in items] == [0, 1, 2]  # type: ignore[union-attr]
+    items = list(wire.decode_batch(good[0] + _envelope(kind="ask", id=5, type="Nope") + good[1]))
+    assert len(items) == 2 and isinstance(items[1], wire.Rejected)
+    assert items[1].id == 5 and "unknown message type 'Nope'" in str(items[1].error)
+    items = list(wire.decode_batch(good[0] + good[1][:-2]))
+    assert isinstance(items[1], wire.Rejected) and "truncated" in str(items[1].error)
+
+
 def test_peek_id_finds_the_request_id_of_an_undecodable_ask() -> None:
     assert wire.peek_id(_envelope(kind="ask", id=41, type="Nope")) == 41
     assert wire.peek_id(b"\xc1") is None

@@ -81,20 +81,37 @@ class Link:
         self._room = asyncio.Event()
         self._room.set()
         self._writer: asyncio.Task[None] | None = None
+        """Runs while the batch has frames; None means the batch is empty."""
+        self._wrote_this_turn = False
 
     @property
     def is_up(self) -> bool:
         return not self.closed.done()
 
     async def send(self, frame: bytes) -> None:
-        """Queue one frame for the writer, waiting while the batch is full (backpressure)."""
+        """Send one frame, waiting while the batch is full or the socket drains (backpressure)."""
         if self.closed.done():
             raise ActorDown(f"link to node {self.peer} is down ({self.closed.result()})")
+        if self._writer is None and not self._wrote_this_turn:
+            # The first frame of a loop turn on an idle link goes out at once (an ask's latency);
+            # frames that follow it in the same turn are batched by the writer.
+            self._wrote_this_turn = True
+            asyncio.get_running_loop().call_soon(self._end_turn)
+            self.frames_out += 1
+            try:
+                await self.ws.send_bytes(frame)
+            except (ConnectionError, RuntimeError) as exc:
+                self.mark_closed(f"send failed: {exc}")
+                raise ActorDown(f"link to node {self.peer} lost while sending: {exc}") from None
+            return
         self.post(frame)
         if not self._room.is_set():
             await self._room.wait()
         if self.closed.done():
             raise ActorDown(f"link to node {self.peer} is down ({self.closed.result()})")
+
+    def _end_turn(self) -> None:
+        self._wrote_this_turn = False
 
     def post(self, frame: bytes) -> None:
         """Queue one frame without waiting (for synchronous callers such as reply callbacks).
@@ -159,6 +176,7 @@ class Transport:
     def __init__(self, system: ActorSystem, token: str, config: NodeConfig) -> None:
         self.system = system
         self.node_id = system.node_id
+        self._prefix = f"{self.node_id}/"
         self.token = token
         self.config = config
         self.url = ""
@@ -432,7 +450,7 @@ class Transport:
                         link.frames_in += 1
                         if isinstance(item, wire.Rejected):
                             self._reject(link, item.error, item.id)
-                        else:
+                        elif item.kind != "tell" or not self._tell_nowait(link, item):
                             await self._on_frame(link, item)
                 elif msg.type == WSMsgType.TEXT:
                     self._reject(link, WireError("text frames are not accepted: links carry binary msgpack frames"), None)
@@ -490,22 +508,27 @@ class Transport:
         else:
             self._reject(link, WireError(f"unexpected {kind} frame on an open link"), None)
 
-    def _local_path(self, address: str) -> str:
+    def _check_local(self, address: str) -> None:
+        if not address.startswith(self._prefix) or len(address) == len(self._prefix):
+            raise ActorDown(f"{address!r} is not an actor address on node {self.node_id}: links do not forward")
+
+    def _tell_nowait(self, link: Link, env: wire.Envelope) -> bool:
+        """Deliver a tell without a coroutine (the common case); False when the mailbox is full."""
+        to: str = env.to  # type: ignore[assignment]
         try:
-            node, path = split_address(address)
-        except ValueError as exc:
-            raise WireError(str(exc)) from None
-        if node != self.node_id:
-            raise ActorDown(f"{address} is not on node {self.node_id}: links do not forward")
-        return path
+            self._check_local(to)
+            return self.system.deliver_nowait(to[len(self.node_id):], env.body, env.sender)
+        except ActorDown as exc:
+            log.info("message_dropped", peer=link.peer, to=to, type=env.type, reason=str(exc))
+            return True
 
     async def _deliver(self, link: Link, env: wire.Envelope) -> None:
         to: str = env.to  # type: ignore[assignment]
         if env.kind == "tell":
             try:
-                self._local_path(to)
+                self._check_local(to)
                 await self.system.deliver(to, env.body, None, env.sender)
-            except (ActorDown, WireError) as exc:
+            except ActorDown as exc:
                 log.info("message_dropped", peer=link.peer, to=to, type=env.type, reason=str(exc))
             return
         peer, id_ = link.peer, env.id
@@ -532,8 +555,8 @@ class Transport:
             pass
 
         try:
-            self._local_path(to)
-        except (ActorDown, WireError) as exc:
+            self._check_local(to)
+        except ActorDown as exc:
             reply(None, exc)
             return
         # Answer ActorDown if the actor dies while handling this ask; `answered` keeps it to one reply.
@@ -550,8 +573,8 @@ class Transport:
                 current.post(wire.encode("down", sender=to, id=id_, body=reason))
 
         try:
-            self._local_path(to)  # type: ignore[arg-type]
-        except (ActorDown, WireError):
+            self._check_local(to)  # type: ignore[arg-type]
+        except ActorDown:
             notify("noproc")
             return
         self._served_watches[(peer, id_)] = self.system.watch_address(to, notify)  # type: ignore[arg-type, index]

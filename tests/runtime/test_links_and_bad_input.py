@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import msgpack
 import numpy as np
@@ -193,3 +195,15 @@ async def test_nodes_learn_each_other_through_a_hub_and_connect_directly(make_no
     assert (await left.ask("right/echo", Ping(7))).n == 7
     assert {row["peer"] for row in left.links()} == {"hub", "right"}
     assert left.known_nodes()["right"] == right.url
+
+
+async def test_nodes_connecting_to_each_other_at_once_keep_one_link(make_node: NodeFactory) -> None:
+    a, b = await make_node("a"), await make_node("b")
+    a.system.spawn(Echo(), "/echo")
+    b.system.spawn(Echo(), "/echo")
+    with capture_logs() as logs:
+        await asyncio.gather(a.connect(b.url), b.connect(a.url))
+        assert (await a.ask("b/echo", Ping(1))).n == 1
+        assert (await b.ask("a/echo", Ping(2))).n == 2
+    assert [row["peer"] for row in a.links()] == ["b"] and [row["peer"] for row in b.links()] == ["a"]
+    assert not [e for e in logs if e["event"] == "link_down"]

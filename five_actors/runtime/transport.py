@@ -18,6 +18,7 @@ import asyncio
 import hmac
 import itertools
 import random
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable
@@ -65,7 +66,9 @@ class Link:
     BATCH_BYTES = 256 * 1024
     """Frames above this size are sent alone, and a batch stops growing at it."""
 
-    def __init__(self, ws: web.WebSocketResponse | aiohttp.ClientWebSocketResponse, peer: str, url: str, outbound: bool) -> None:
+    def __init__(
+        self, ws: web.WebSocketResponse | aiohttp.ClientWebSocketResponse, peer: str, url: str, outbound: bool, incarnation: str
+    ) -> None:
         self.ws = ws
         self.peer = peer
         self.url = url
@@ -76,6 +79,8 @@ class Link:
         self.closed = asyncio.get_running_loop().create_future()
         """Resolves with the reason when the link is gone."""
         self.replaced = False
+        self.incarnation = incarnation
+        """The peer's incarnation, from its hello: a new one means the peer restarted."""
         self._batch: list[bytes] = []
         self._batch_bytes = 0
         self._room = asyncio.Event()
@@ -196,6 +201,8 @@ class Transport:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._session: aiohttp.ClientSession | None = None
         self._closing = False
+        self.incarnation = secrets.token_hex(8)
+        """Differs each time a node starts: a peer back under the same id is a new peer."""
 
     # -- the RemoteRouter side ------------------------------------------------------------
 
@@ -266,8 +273,6 @@ class Transport:
         link = self.links.get(node)
         if link is not None and link.is_up:
             return link
-        if node == self.node_id:
-            raise ActorDown(f"address names this node ({node}) but no local actor matched")
         url = self.known.get(node)
         if url is None:
             raise ActorDown(f"node {node!r} is not known to node {self.node_id!r} (no link, no URL)")
@@ -378,7 +383,7 @@ class Transport:
 
     def _hello(self) -> bytes:
         known = {node: url for node, url in self.known.items() if node != self.node_id}
-        return wire.encode("hello", body={"node": self.node_id, "url": self.url, "known": known})
+        return wire.encode("hello", body={"node": self.node_id, "url": self.url, "known": known, "incarnation": self.incarnation})
 
     async def _read_hello(self, ws: Any) -> dict[str, Any]:
         try:
@@ -406,9 +411,14 @@ class Transport:
     def _add_link(self, ws: Any, hello: dict[str, Any], outbound: bool) -> Link:
         peer: str = hello["node"]
         url = normalise_url(hello["url"]) if hello["url"] else ""
-        link = Link(ws, peer, url, outbound)
+        link = Link(ws, peer, url, outbound, str(hello.get("incarnation", "")))
         existing = self.links.get(peer)
-        if existing is not None and existing.is_up:
+        if existing is not None and existing.is_up and existing.incarnation != link.incarnation:
+            # The peer restarted before its old link was seen to drop (a half-open socket):
+            # its old actors are gone, so their watchers and askers must hear it.
+            self._link_lost(existing, "peer restarted")
+            self._spawn(existing.ws.close(code=WSCloseCode.GOING_AWAY, message=b"peer restarted"))
+        elif existing is not None and existing.is_up:
             if self._initiator(existing) == min(self.node_id, peer) != self._initiator(link):
                 self._spawn(ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"duplicate link"))
                 return existing

@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 
 from five_actors.errors import ActorDown, RemoteError, TokenRefused, WireError
 from five_actors.runtime import wire
-from five_actors.runtime.actor import Actor
+from five_actors.runtime.actor import Actor, Down
 from five_actors.runtime.node import Node, require_token
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -207,3 +207,29 @@ async def test_nodes_connecting_to_each_other_at_once_keep_one_link(make_node: N
         assert (await b.ask("a/echo", Ping(2))).n == 2
     assert [row["peer"] for row in a.links()] == ["b"] and [row["peer"] for row in b.links()] == ["a"]
     assert not [e for e in logs if e["event"] == "link_down"]
+
+
+class Watcher(Actor):
+    """Collects the Down messages it receives."""
+
+    def __init__(self) -> None:
+        self.downs: asyncio.Queue[Down] = asyncio.Queue()
+
+    async def on_down(self, msg: Down) -> None:
+        await self.downs.put(msg)
+
+
+async def test_a_peer_back_under_the_same_id_before_its_old_link_dropped_is_a_new_peer(make_node: NodeFactory) -> None:
+    hub, old = await make_node("hub"), await make_node("x")
+    old.system.spawn(Echo(), "/echo")
+    await old.transport.connect(hub.url)  # not kept: the old node must not reconnect once replaced
+    watcher = Watcher()
+    hub.system.spawn(watcher, "/watcher")
+    hub.system.watch(watcher.ref, hub.ref("x/echo"))
+    await hub.ask("x/echo", Ping(1))
+    new = await make_node("x")  # same node id, old link still open: as after a half-open socket
+    new.system.spawn(Echo(), "/echo")
+    await new.connect(hub.url)
+    assert await asyncio.wait_for(watcher.downs.get(), 10) == Down("x/echo", "link_lost")
+    assert (await hub.ask("x/echo", Ping(2))).n == 2
+    assert [row["url"] for row in hub.links()] == [new.url]

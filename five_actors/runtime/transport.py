@@ -465,8 +465,12 @@ class Transport:
                 elif msg.type == WSMsgType.TEXT:
                     self._reject(link, WireError("text frames are not accepted: links carry binary msgpack frames"), None)
                 elif msg.type == WSMsgType.ERROR:
-                    reason = f"protocol error: {ws.exception()}"
-                    log.warning("frame_rejected", peer=link.peer, reason=reason)
+                    error = ws.exception()
+                    if isinstance(error, aiohttp.WebSocketError):  # e.g. over max_message_bytes: aiohttp closed the link
+                        reason = f"protocol error: {error}"
+                        log.warning("frame_rejected", peer=link.peer, reason=reason)
+                    else:
+                        reason = f"{type(error).__name__}: {error}" if error else "connection error"
                     break
                 else:
                     code = ws.close_code

@@ -48,7 +48,13 @@ class Link:
     """Frames above this size are sent alone, and a batch stops growing at it."""
 
     def __init__(
-        self, ws: web.WebSocketResponse | aiohttp.ClientWebSocketResponse, peer: str, url: str, outbound: bool, incarnation: str
+        self,
+        ws: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
+        peer: str,
+        url: str,
+        outbound: bool,
+        incarnation: str,
+        max_bytes: int,
     ) -> None:
         self.ws = ws
         self.peer = peer
@@ -62,6 +68,8 @@ class Link:
         self.replaced = False
         self.incarnation = incarnation
         """The peer's incarnation, from its hello: a new one means the peer restarted."""
+        self.max_bytes = max_bytes
+        """Largest websocket message both ends accept: no frame or batch is bigger."""
         self._batch: list[bytes] = []
         self._batch_bytes = 0
         self._room = asyncio.Event()
@@ -121,14 +129,16 @@ class Link:
                 batch, self._batch, self._batch_bytes = self._batch, [], 0
                 self._room.set()
                 small: list[bytes] = []
+                small_bytes = 0
                 for frame in batch:
+                    if small and (len(frame) >= self.BATCH_BYTES or small_bytes + len(frame) > self.max_bytes):
+                        await self.ws.send_bytes(b"".join(small))
+                        small, small_bytes = [], 0
                     if len(frame) >= self.BATCH_BYTES:
-                        if small:
-                            await self.ws.send_bytes(b"".join(small))
-                            small = []
                         await self.ws.send_bytes(frame)
                     else:
                         small.append(frame)
+                        small_bytes += len(frame)
                 if small:
                     await self.ws.send_bytes(b"".join(small) if len(small) > 1 else small[0])
         except (ConnectionError, RuntimeError) as exc:

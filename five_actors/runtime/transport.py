@@ -71,10 +71,10 @@ class Transport:
         node = address.partition("/")[0]
         link = await self._link_for(node)
         if reply is None:
-            await link.send(wire.encode("tell", to=address, sender=sender, body=msg, max_bytes=self.config.max_message_bytes))
+            await link.send(wire.encode("tell", to=address, sender=sender, body=msg, max_bytes=link.max_bytes))
             return
         id_ = next(self._ids)
-        frame = wire.encode("ask", to=address, sender=sender, id=id_, body=msg, max_bytes=self.config.max_message_bytes)
+        frame = wire.encode("ask", to=address, sender=sender, id=id_, body=msg, max_bytes=link.max_bytes)
         self._pending[id_] = (node, reply)
         self._pending_ids[reply] = id_
         try:
@@ -243,7 +243,8 @@ class Transport:
 
     def _hello(self) -> bytes:
         known = {node: url for node, url in self.known.items() if node != self.node_id}
-        return wire.encode("hello", body={"node": self.node_id, "url": self.url, "known": known, "incarnation": self.incarnation})
+        body = {"node": self.node_id, "url": self.url, "known": known, "incarnation": self.incarnation, "max_message_bytes": self.config.max_message_bytes}
+        return wire.encode("hello", body=body)
 
     async def _read_hello(self, ws: Any) -> dict[str, Any]:
         try:
@@ -271,7 +272,9 @@ class Transport:
     def _add_link(self, ws: Any, hello: dict[str, Any], outbound: bool) -> Link:
         peer: str = hello["node"]
         url = normalise_url(hello["url"]) if hello["url"] else ""
-        link = Link(ws, peer, url, outbound, str(hello.get("incarnation", "")))
+        peer_max = hello.get("max_message_bytes")
+        max_bytes = min(self.config.max_message_bytes, peer_max if type(peer_max) is int and peer_max > 0 else self.config.max_message_bytes)
+        link = Link(ws, peer, url, outbound, str(hello.get("incarnation", "")), max_bytes)
         existing = self.links.get(peer)
         if existing is not None and existing.is_up and existing.incarnation != link.incarnation:
             # The peer restarted before its old link was seen to drop (a half-open socket):
@@ -302,8 +305,9 @@ class Transport:
         changed = False
         for node, node_url in [(peer, url), *known.items()]:
             if isinstance(node, str) and isinstance(node_url, str) and node_url and node != self.node_id:
+                node_url = normalise_url(node_url)
                 if self.known.get(node) != node_url:
-                    self.known[node] = normalise_url(node_url)
+                    self.known[node] = node_url
                     changed = True
         return changed
 
@@ -414,16 +418,17 @@ class Transport:
                 return
             answered = True
             unwatch()
+            current = self.links.get(peer)
+            if current is None:
+                return  # the asker's node is gone; it has failed this ask itself
             if error is None:
                 try:
-                    frame = wire.encode("reply", id=id_, body=result, max_bytes=self.config.max_message_bytes)
+                    frame = wire.encode("reply", id=id_, body=result, max_bytes=current.max_bytes)
                 except WireError as exc:
                     frame = wire.encode_error(WireError(f"{to} replied with a value that cannot be sent: {exc}"), id_)
             else:
                 frame = wire.encode_error(error, id_)
-            current = self.links.get(peer)
-            if current is not None:
-                current.post(frame)
+            current.post(frame)
 
         def unwatch() -> None:
             pass

@@ -233,3 +233,16 @@ async def test_a_peer_back_under_the_same_id_before_its_old_link_dropped_is_a_ne
     assert await asyncio.wait_for(watcher.downs.get(), 10) == Down("x/echo", "link_lost")
     assert (await hub.ask("x/echo", Ping(2))).n == 2
     assert [row["url"] for row in hub.links()] == [new.url]
+
+
+async def test_the_smaller_size_limit_of_the_two_ends_applies_to_frames_and_batches(make_node: NodeFactory) -> None:
+    big, small = await make_node("big"), await make_node("small", max_message_bytes=8192)
+    small.system.spawn(Echo(), "/echo")
+    await big.connect(small.url)
+    with pytest.raises(WireError, match="over the limit of 8192 bytes"):
+        await big.ask("small/echo", Ping(1, np.zeros(10_000, dtype=np.uint8)))
+    # 500 tells in one loop turn are batched into messages the small end accepts.
+    for n in range(500):
+        await big.ref("small/echo").tell(Ping(n, np.zeros(100, dtype=np.uint8)))
+    assert (await big.ask("small/echo", Ping(7))).n == 7
+    assert [row["state"] for row in big.links()] == ["up"]

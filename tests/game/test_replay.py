@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import re
+import subprocess
+import sys
+import zlib
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pytest
 
 from five_actors.errors import GameError
@@ -103,3 +109,83 @@ def test_truncated_or_corrupt_files_are_refused(tmp_path: Path) -> None:
         load_replay(tmp_path / "other.replay")
     with pytest.raises(GameError, match="cannot read replay"):
         load_replay(tmp_path / "missing.replay")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "five_actors", "replay", *args], capture_output=True, text=True, timeout=60)
+
+
+def map_rows(output: str) -> list[str]:
+    """The map's rows between its two border lines, without the side borders."""
+    lines = output.splitlines()
+    top = next(i for i, line in enumerate(lines) if line.startswith("+-"))
+    bottom = next(i for i in range(top + 1, len(lines)) if lines[i].startswith("+-"))
+    return [line[1:-1] for line in lines[top + 1:bottom]]
+
+
+def test_terminal_once_shows_units_where_they_stand(tmp_path: Path) -> None:
+    path = tmp_path / "match.replay"
+    record_match(path)
+    result = cli(str(path), "--once", "--from", "20", "--width", "41")
+    assert result.returncode == 0, result.stderr
+    rows = map_rows(result.stdout)
+    assert len(rows) == 20 and all(len(row) == 41 for row in rows)
+
+    def at(x: float, y: float) -> str:
+        # 41 columns span the map's 100 units; 20 rows span it top (y=100) to bottom (y=0).
+        return rows[round((1 - y / MAP_SIZE) * 19)][round(x / MAP_SIZE * 40)]
+
+    assert at(5, 5) == "@" and at(95, 95) == "&"  # the ancients
+    assert at(30, 30) == "#" and at(70, 70) == "%"  # the towers
+    units = synthetic_units(20)
+    tank0, tank1 = units[0], units[8]
+    assert at(tank0[0], tank0[1]) == "T" and at(tank1[0], tank1[1]) in "tnhcs"
+    assert at(40, 40) == "*"  # the step's last_hit event
+    assert "step 20/58" in result.stdout and "00:02.0" in result.stdout
+    assert "team 1  90%" in result.stdout
+    assert "last_hit team=0 hero=1 at (40, 40)" in result.stdout
+
+
+def test_terminal_player_runs_to_the_result_and_refuses_bad_options(tmp_path: Path) -> None:
+    path = tmp_path / "match.replay"
+    record_match(path)
+    played = cli(str(path), "--speed", "100", "--from", "40")
+    assert played.returncode == 0, played.stderr
+    assert played.stdout.count("ancients ") == 10
+    assert "result  winner=0 steps=60 reason=ancient_destroyed" in played.stdout
+    late = cli(str(path), "--once", "--from", "999")
+    assert late.returncode == 2 and "step 999 is after the last frame" in late.stderr
+    slow = cli(str(path), "--speed", "0")
+    assert slow.returncode == 2 and "--speed must be > 0" in slow.stderr
+    (tmp_path / "bad.replay").write_bytes(path.read_bytes()[:100])
+    broken = cli(str(tmp_path / "bad.replay"), "--once")
+    assert broken.returncode == 2 and "truncated or corrupt" in broken.stderr
+
+
+def test_html_player_is_self_contained_and_embeds_every_frame(tmp_path: Path) -> None:
+    path = tmp_path / "match.replay"
+    record_match(path)
+    out = tmp_path / "player.html"
+    result = cli(str(path), "--html", str(out))
+    assert result.returncode == 0, result.stderr
+    page = out.read_text()
+    assert "http://" not in page and "https://" not in page and "src=" not in page and "<link" not in page
+    assert "<canvas" in page and 'id="play"' in page and 'id="seek"' in page and 'id="speed"' in page
+    data = orjson.loads(re.search(r'<script type="application/json" id="replay-data">(.*?)</script>', page, re.S).group(1))
+    replay = load_replay(path)
+    assert data["steps"] == [frame.step for frame in replay.frames]
+    units = np.frombuffer(zlib.decompress(base64.b64decode(data["units"])), dtype="<f4").reshape(-1, len(UNIT_COLUMNS))
+    np.testing.assert_array_equal(units, np.concatenate([frame.units for frame in replay.frames]))
+    assert data["counts"] == [len(frame.units) for frame in replay.frames]
+    assert data["events"][10] == [{"kind": "last_hit", "x": 40.0, "y": 40.0, "team": 0, "hero": 1}]
+    assert data["meta"]["lanes"] == META["lanes"] and data["result"]["winner"] == 0
+
+
+def test_html_embedding_survives_script_closing_tags(tmp_path: Path) -> None:
+    recorder = Recorder({**META, "note": "</script><script>alert(1)</script>"})
+    recorder.frame(0, synthetic_units(0), [])
+    recorder.save(tmp_path / "odd.replay", {"winner": -1})
+    out = tmp_path / "odd.html"
+    assert cli(str(tmp_path / "odd.replay"), "--html", str(out)).returncode == 0
+    page = out.read_text()
+    assert page.count("</script>") == 2 and "alert(1)" in page

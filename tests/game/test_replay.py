@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import re
+import shutil
 import subprocess
 import sys
 import zlib
@@ -189,3 +190,19 @@ def test_html_embedding_survives_script_closing_tags(tmp_path: Path) -> None:
     assert cli(str(tmp_path / "odd.replay"), "--html", str(out)).returncode == 0
     page = out.read_text()
     assert page.count("</script>") == 2 and "alert(1)" in page
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs chromium (apt-get install chromium)")
+def test_html_player_draws_the_requested_step_in_a_headless_browser(tmp_path: Path) -> None:
+    path = tmp_path / "match.replay"
+    record_match(path, steps=200)
+    out = tmp_path / "player.html"
+    assert cli(str(path), "--html", str(out)).returncode == 0
+    dom = subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--virtual-time-budget=3000", "--dump-dom", f"{out.as_uri()}#step=120"],
+        capture_output=True, text=True, timeout=120,
+    ).stdout
+    assert '<div id="clock">00:12.0</div>' in dom
+    assert '<span id="hp1t">40%</span>' in dom
+    assert "step 120 / 198" in dom and "last_hit team=0 hero=1" in dom

@@ -234,3 +234,39 @@ def test_without_log_dir_lines_go_to_stderr_and_bad_arguments_are_refused(tmp_pa
     refused = subprocess.run([sys.executable, "-c", bad], capture_output=True, text=True)
     assert refused.returncode != 0 and "log level 'loud'" in refused.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+ACTOR_RUN = """
+import asyncio, sys
+from pathlib import Path
+from five_actors.logs import configure_logging
+from five_actors.runtime.actor import Actor, ActorSystem, message
+
+@message
+class Explode:
+    why: str
+
+class Fragile(Actor):
+    async def on_explode(self, msg):
+        raise ValueError(msg.why)
+
+async def main():
+    system = ActorSystem("n1")
+    ref = system.spawn(Fragile(), "/fragile")
+    await ref.tell(Explode("bad input"))
+    await system.wait(ref)
+
+configure_logging("n1", Path(sys.argv[1]))
+asyncio.run(main())
+"""
+
+
+def test_an_actor_crash_is_logged_with_its_traceback_and_summarised(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-c", ACTOR_RUN, str(tmp_path / "logs")], check=True, timeout=60)
+    records = json_lines(cli("replay", str(tmp_path), "--json", "--actor", "/fragile").stdout)
+    assert [r["event"] for r in records] == ["actor_started", "actor_crashed"]
+    crash = records[1]
+    assert crash["node"] == "n1" and crash["reason"] == "ValueError: bad input"
+    assert "in on_explode" in crash["traceback"] and crash["traceback"].endswith("ValueError: bad input\n")
+    summary = orjson.loads(cli("summary", str(tmp_path), "--json").stdout)
+    assert summary["actors"]["/fragile"] == {"starts": 1, "crashes": 1, "restarts": 0, "last_error": "ValueError: bad input"}

@@ -241,6 +241,8 @@ class ActorSummary:
     crashes: int = 0
     restarts: int = 0
     last_error: str | None = None
+    nodes: set[str] = dataclasses.field(default_factory=set)
+    """The nodes this path ran on (an actor path such as /_node can exist on every node)."""
 
     @property
     def starts(self) -> int:
@@ -278,11 +280,15 @@ def summarize(entries: Iterable[Entry]) -> tuple[dict[str, ActorSummary], Counte
         error = None
         if event == "actor_started" and actor:
             of(actor).actor_starts += 1
+            of(actor).nodes.add(str(record.get("node")))
         elif event == "actor_crashed" and actor:
             of(actor).crashes += 1
             error = (str(actor), record.get("reason"))
         elif event == "child_started":
             of(_child_path(record)).child_starts += 1
+            if record.get("node_"):
+                # The supervisor logs where it started the child as its own `node` field.
+                of(_child_path(record)).nodes.add(str(record["node_"]))
         elif event == "child_restarted":
             of(_child_path(record)).restarts += 1
         elif event == "child_exited" and str(record.get("reason")) not in NORMAL_REASONS:
@@ -298,7 +304,10 @@ def summary_json(actors: dict[str, ActorSummary], events: Counter[str]) -> dict[
     """The summary as the JSON object `logs summary --json` prints."""
     return {
         "actors": {
-            name: {"starts": s.starts, "crashes": s.crashes, "restarts": s.restarts, "last_error": s.last_error}
+            name: {
+                "starts": s.starts, "crashes": s.crashes, "restarts": s.restarts, "last_error": s.last_error,
+                "nodes": sorted(s.nodes),
+            }
             for name, s in sorted(actors.items())
         },
         "events": dict(sorted(events.items())),
@@ -307,15 +316,16 @@ def summary_json(actors: dict[str, ActorSummary], events: Counter[str]) -> dict[
 
 def summary_text(actors: dict[str, ActorSummary], events: Counter[str]) -> str:
     """The summary as two readable tables: actors, then events."""
-    header = ("ACTOR", "STARTS", "CRASHES", "RESTARTS", "LAST ERROR")
+    header = ("ACTOR", "NODES", "STARTS", "CRASHES", "RESTARTS", "LAST ERROR")
     rows = [header] + [
-        (name, str(s.starts), str(s.crashes), str(s.restarts), s.last_error or "-") for name, s in sorted(actors.items())
+        (name, ",".join(sorted(s.nodes)) or "-", str(s.starts), str(s.crashes), str(s.restarts), s.last_error or "-")
+        for name, s in sorted(actors.items())
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = []
     for row in rows:
-        cells = [row[0].ljust(widths[0])] + [row[i].rjust(widths[i]) for i in (1, 2, 3)]
-        lines.append("  ".join(cells) + "  " + _one_line(row[4]))
+        cells = [row[0].ljust(widths[0]), row[1].ljust(widths[1])] + [row[i].rjust(widths[i]) for i in (2, 3, 4)]
+        lines.append("  ".join(cells) + "  " + _one_line(row[5]))
     if len(rows) == 1:
         lines.append("(no actor lifecycle events)")
     lines.append("")

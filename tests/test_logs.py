@@ -135,15 +135,17 @@ def test_summary_counts_starts_crashes_restarts_and_last_error(run_dir: Path) ->
     summary = orjson.loads(result.stdout)
     # pong started twice: each start is logged by it (actor_started) and its supervisor (child_started).
     pong = summary["actors"]["/root/pong"]
-    assert pong == {"starts": 2, "crashes": 1, "restarts": 1, "last_error": "ValueError: bad pong"}
-    assert summary["actors"]["/root/ping"] == {"starts": 1, "crashes": 0, "restarts": 0, "last_error": None}
+    assert pong == {"starts": 2, "crashes": 1, "restarts": 1, "last_error": "ValueError: bad pong", "nodes": ["worker"]}
+    assert summary["actors"]["/root/ping"] == {
+        "starts": 1, "crashes": 0, "restarts": 0, "last_error": None, "nodes": ["head"],
+    }
     assert summary["events"] == {
         "actor_crashed": 1, "actor_started": 3, "child_exited": 1, "child_restarted": 1, "child_started": 2,
         "link_up": 1, "node_started": 1,
     }
     text = cli("summary", str(run_dir)).stdout
     row = next(line for line in text.splitlines() if line.startswith("/root/pong"))
-    assert row.split()[:4] == ["/root/pong", "2", "1", "1"] and row.endswith("ValueError: bad pong")
+    assert row.split()[:5] == ["/root/pong", "worker", "2", "1", "1"] and row.endswith("ValueError: bad pong")
     assert "actor_started    3" in text
 
 
@@ -278,4 +280,6 @@ def test_an_actor_crash_is_logged_with_its_traceback_and_summarised(tmp_path: Pa
     assert crash["node"] == "n1" and crash["reason"] == "ValueError: bad input"
     assert "in on_explode" in crash["traceback"] and crash["traceback"].endswith("ValueError: bad input\n")
     summary = orjson.loads(cli("summary", str(tmp_path), "--json").stdout)
-    assert summary["actors"]["/fragile"] == {"starts": 1, "crashes": 1, "restarts": 0, "last_error": "ValueError: bad input"}
+    assert summary["actors"]["/fragile"] == {
+        "starts": 1, "crashes": 1, "restarts": 0, "last_error": "ValueError: bad input", "nodes": ["n1"],
+    }

@@ -103,7 +103,7 @@ def _add_replay_parser(commands: argparse._SubParsersAction) -> None:  # type: i
     replay.add_argument("--speed", type=float, default=1.0, help="playback speed, times real time (default 1)")
     replay.add_argument("--from", dest="from_step", type=int, metavar="STEP", help="start at this game step")
     replay.add_argument("--once", action="store_true", help="print one frame (at --from) and exit")
-    replay.add_argument("--width", type=int, default=64, help="map width in characters (default 64)")
+    replay.add_argument("--width", type=int, help="map width in characters (default: fit the terminal)")
     replay.set_defaults(func=cmd_replay)
 
 

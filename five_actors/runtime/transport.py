@@ -316,6 +316,7 @@ class Transport:
     async def _serve(self, link: Link) -> None:
         ws = link.ws
         reason = "closed"
+        clean = False
         try:
             while True:
                 msg = await ws.receive()
@@ -340,6 +341,7 @@ class Transport:
                     code = ws.close_code
                     extra = msg.extra if msg.type == WSMsgType.CLOSE and msg.extra else ""
                     reason = f"closed by peer ({code}{': ' + extra if extra else ''})" if msg.type == WSMsgType.CLOSE else "connection lost"
+                    clean = code == WSCloseCode.GOING_AWAY
                     break
         except asyncio.CancelledError:
             reason = "node stopping"
@@ -347,7 +349,7 @@ class Transport:
         finally:
             if not ws.closed:
                 await asyncio.shield(ws.close(code=WSCloseCode.GOING_AWAY, message=close_message(reason)))
-            self._link_lost(link, reason)
+            self._link_lost(link, reason, clean)
 
     def _reject(self, link: Link, error: WireError, request_id: int | None) -> None:
         log.warning("frame_rejected", peer=link.peer, reason=str(error), id=request_id)
@@ -458,12 +460,16 @@ class Transport:
             return
         self._served_watches[(peer, id_)] = self.system.watch_address(to, notify)  # type: ignore[arg-type, index]
 
-    def _link_lost(self, link: Link, reason: str) -> None:
+    def _link_lost(self, link: Link, reason: str, clean: bool = False) -> None:
+        """Forget the link; fail the peer's pending asks and watches. `clean`: the peer said it was going."""
         link.mark_closed(reason)
         if link.replaced or self.links.get(link.peer) is not link:
             return
         del self.links[link.peer]
-        log.warning("link_down", peer=link.peer, reason=reason)
+        if clean or self._closing:
+            log.info("link_down", peer=link.peer, reason=reason)
+        else:
+            log.warning("link_down", peer=link.peer, reason=reason)
         peer = link.peer
         for id_ in [i for i, (node, _) in self._pending.items() if node == peer]:
             reply = self._forget(id_)

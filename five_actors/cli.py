@@ -6,12 +6,17 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
 from five_actors import __version__
 from five_actors.bench import BENCHMARKS
 from five_actors.errors import FiveActorsError
+
+if TYPE_CHECKING:
+    from five_actors.logreplay import LogFilter
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -24,6 +29,60 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _log_filter(args: argparse.Namespace) -> LogFilter:
+    from five_actors.logreplay import LogFilter
+
+    return LogFilter(actors=args.actor or (), events=args.event or (), since=args.since, until=args.until)
+
+
+def cmd_logs_replay(args: argparse.Namespace) -> int:
+    """Print a run's logs merged by time, filtered, optionally followed live."""
+    from five_actors.logreplay import replay
+
+    try:
+        return replay(Path(args.run_dir), _log_filter(args), as_json=args.json, follow=args.follow)
+    except BrokenPipeError:
+        return 0
+
+
+def cmd_logs_summary(args: argparse.Namespace) -> int:
+    """Print per actor its starts, crashes, restarts and last error, and counts per event."""
+    from five_actors.logreplay import find_log_dir, read_merged, summarize, summary_json, summary_text
+
+    actors, events = summarize(read_merged(find_log_dir(Path(args.run_dir)), _log_filter(args)))
+    if args.json:
+        sys.stdout.write(orjson.dumps(summary_json(actors, events), option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(summary_text(actors, events))
+    return 0
+
+
+def _time_arg(text: str) -> float:
+    from five_actors.logreplay import parse_time
+
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_logs_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    logs = commands.add_parser("logs", help="read a run's structured logs")
+    which = logs.add_subparsers(dest="logs_command", required=True, metavar="{replay,summary}")
+    replay = which.add_parser("replay", help="print the logs of every node merged by time")
+    summary = which.add_parser("summary", help="starts, crashes, restarts and last error per actor; counts per event")
+    for sub in (replay, summary):
+        sub.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (its logs/ folder) or a folder of *.jsonl")
+        sub.add_argument("--actor", action="append", metavar="GLOB", help="actor path glob, e.g. '/rollouts/*' (repeatable)")
+        sub.add_argument("--event", action="append", metavar="NAME", help="event name or glob (repeatable)")
+        sub.add_argument("--since", type=_time_arg, metavar="TIME", help="from this time: 10m, 2h, 30s ago, ISO time, HH:MM:SS")
+        sub.add_argument("--until", type=_time_arg, metavar="TIME", help="up to this time (same forms as --since)")
+        sub.add_argument("--json", action="store_true", help="JSON output (replay: the raw lines)")
+    replay.add_argument("--follow", "-f", action="store_true", help="keep printing new lines, like tail -f (Ctrl-C stops)")
+    replay.set_defaults(func=cmd_logs_replay)
+    summary.set_defaults(func=cmd_logs_summary)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="five-actors", description="OpenAI Five-style distributed self-play training.")
     parser.add_argument("--version", action="version", version=f"five-actors {__version__}")
@@ -33,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("bench", choices=sorted(BENCHMARKS), metavar="NAME", help=", ".join(sorted(BENCHMARKS)))
     bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="the benchmark's own options (see NAME --help)")
     bench.set_defaults(func=cmd_bench)
+    _add_logs_parser(commands)
     return parser
 
 

@@ -121,14 +121,15 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
     context = TreeContext(node.system, run_dir, node, hosts=registry)
     root = node.system.spawn(Supervisor(config.tree, context), ROOT_PATH)
     ticker = asyncio.get_running_loop().create_task(_print_progress(agent, out))
+    root_exit = asyncio.ensure_future(node.system.wait(root))
     deadline = asyncio.sleep(duration) if duration is not None else asyncio.Event().wait()
     try:
-        await _first(shutdown.wait(), node.system.wait(root), deadline)
+        await _first(shutdown.wait(), asyncio.shield(root_exit), deadline)
     finally:
         ticker.cancel()
         out.write("\n")
-    if not node.system.is_alive(ROOT_PATH):
-        reason = await node.system.wait(root)
+    if root_exit.done():
+        reason = root_exit.result()
         await _stop_node(node)
         if reason in NORMAL_EXITS:
             return 0

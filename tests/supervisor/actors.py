@@ -53,3 +53,17 @@ class FailsToStart(Actor):
 
     async def on_start(self) -> None:
         raise RuntimeError("cannot start")
+
+
+class Crasher(Actor):
+    """Runs for `after` seconds, then crashes (from a background task, as real work would)."""
+
+    def __init__(self, after: float = 0.2) -> None:
+        self.after = after
+
+    async def on_start(self) -> None:
+        self.spawn_task(self._crash_later())
+
+    async def _crash_later(self) -> None:
+        await asyncio.sleep(self.after)
+        raise ZeroDivisionError("crasher divided by zero")

@@ -408,8 +408,11 @@ class ActorSystem:
         unwatch = None if remote else self.watch_address(address, lambda reason: reply(None, ActorDown(f"{address} is down ({reason})")))
         try:
             await self.deliver(address, msg, reply)
-            return await asyncio.wait_for(future, timeout)
-        except asyncio.TimeoutError:
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that
+            # arrives as the reply does, leaving an actor's task that cannot be stopped.
+            async with asyncio.timeout(timeout):
+                return await future
+        except TimeoutError:
             raise AskTimeout(f"no reply from {address} to {type(msg).__name__} within {timeout:g}s") from None
         finally:
             if unwatch is not None:

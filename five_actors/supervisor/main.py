@@ -82,7 +82,10 @@ async def _start_node(node_id: str, token: str, node_config: NodeConfig, agent_f
     agent = agent_factory(node)
     shutdown = asyncio.Event()
     health.install(node.app, agent, shutdown)
-    await node.start()
+    try:
+        await node.start()
+    except OSError as exc:
+        raise ConfigError(f"node.host/node.port: {exc.strerror} (use --port 0 for any free port)") from None
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, shutdown.set)

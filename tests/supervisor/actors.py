@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 from five_actors.runtime.actor import Actor, message
@@ -67,3 +68,14 @@ class Crasher(Actor):
     async def _crash_later(self) -> None:
         await asyncio.sleep(self.after)
         raise ZeroDivisionError("crasher divided by zero")
+
+
+class EnvReporter(Actor):
+    """Reports its process id and the device variables its supervisor set, in /actors."""
+
+    def status(self) -> dict[str, object]:
+        return {
+            "pid": os.getpid(),
+            "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "FIVE_ACTORS_DEVICE": os.environ.get("FIVE_ACTORS_DEVICE"),
+        }

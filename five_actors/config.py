@@ -19,6 +19,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 
 from five_actors.errors import ConfigError
 from five_actors.runtime.config import NodeConfig
+from five_actors.supervisor.config import TreeConfig
 
 T = TypeVar("T")
 
@@ -157,7 +158,8 @@ class Config:
 
     name: str = "custom"
     """The config's name, used in the run directory's name."""
-
+    tree: TreeConfig = dataclasses.field(default_factory=TreeConfig)
+    """The supervisor tree that `five-actors up` starts (five_actors.supervisor.config)."""
     node: NodeConfig = dataclasses.field(default_factory=NodeConfig)
     """This process's node: listen address, link limits, heartbeat, reconnect backoff."""
 

@@ -188,6 +188,7 @@ class _Cell:
         self.stop_reason = "shutdown"
         self.tasks: set[asyncio.Task[Any]] = set()
         self.done = asyncio.get_running_loop().create_future()
+        self.running: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"actor:{path}")
         self.task.add_done_callback(self._task_finished)
 
@@ -226,6 +227,7 @@ class _Cell:
         try:
             await self.actor.on_start()
             self.state = "running"
+            self.running.set_result(None)
             log_.info("actor_started", cls=type(self.actor).__name__)
             while True:
                 item = await self.mailbox.get()
@@ -344,6 +346,14 @@ class ActorSystem:
         """Wait until the local actor exits; returns its exit reason ("noproc" if not running)."""
         cell = self._cells.get(ref if isinstance(ref, str) else ref.path)
         return "noproc" if cell is None else await asyncio.shield(cell.done)
+
+    async def wait_started(self, ref: ActorRef | str) -> str | None:
+        """Wait until the local actor's on_start has finished: None if it is running, else its exit reason."""
+        cell = self._cells.get(ref if isinstance(ref, str) else ref.path)
+        if cell is None:
+            return "noproc"
+        await asyncio.wait([cell.running, cell.done], return_when=asyncio.FIRST_COMPLETED)
+        return cell.done.result() if cell.done.done() else None
 
     def is_alive(self, path: str) -> bool:
         return path in self._cells

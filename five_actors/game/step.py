@@ -255,6 +255,12 @@ def step_game(g: int, actions: np.ndarray, u: np.ndarray, h: np.ndarray, gs: np.
     if gs[g, G_WINNER] < 0 and step_no >= P[P_TIME_LIMIT]:
         a0 = u[g, nh + sb - 1, HP] / u[g, nh + sb - 1, MAXHP]
         a1 = u[g, nh + 2 * sb - 1, HP] / u[g, nh + 2 * sb - 1, MAXHP]
+        if a0 == a1:
+            # Tie-break on ancient health, then on the towers' health.
+            a0 = a1 = 0.0
+            for s in range(sb - 1):
+                a0 += u[g, nh + s, HP] / u[g, nh + s, MAXHP]
+                a1 += u[g, nh + sb + s, HP] / u[g, nh + sb + s, MAXHP]
         gs[g, G_DONE] = 1.0
         if a0 != a1:
             gs[g, G_WINNER] = 0.0 if a0 > a1 else 1.0

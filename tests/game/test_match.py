@@ -12,7 +12,7 @@ from five_actors.game.match import play_match, play_matches
 from five_actors.game.replay import KIND_ANCIENT, KIND_HERO, UNIT_COLUMNS, load_replay
 
 # One lane keeps 200 games within a test's budget; the bots are the same on every map.
-ONE_LANE = GameConfig(lanes=1, numba_threads=1)
+ONE_LANE = GameConfig(lanes=1)
 
 
 def test_scripted_bot_beats_random_bot_in_at_least_95_percent_of_200_games() -> None:
@@ -25,7 +25,7 @@ def test_scripted_bot_beats_random_bot_in_at_least_95_percent_of_200_games() -> 
 
 
 def test_a_recorded_match_replays(tmp_path: Path) -> None:
-    cfg = GameConfig(lanes=1, time_limit_steps=400, numba_threads=1)
+    cfg = GameConfig(lanes=1, time_limit_steps=400)
     path = tmp_path / "match.replay"
     result = play_match(cfg, ScriptedBot(cfg), RandomBot(seed=2), seed=3, record=path)
     replay = load_replay(path)

@@ -415,21 +415,19 @@ class ActorSystem:
             if not future.done():
                 future.set_exception(error) if error is not None else future.set_result(result)
 
-        def expire() -> None:
-            if not future.done():
-                future.set_exception(AskTimeout(f"no reply from {address} to {type(msg).__name__} within {timeout:g}s"))
-
         remote = self.remote if split_address(address)[0] != self.node_id else None
         # A local ask watches its target so it fails at once when the actor dies mid-request;
         # a remote one relies on the router, which always answers (ActorDown on a lost link).
         unwatch = None if remote else self.watch_address(address, lambda reason: reply(None, ActorDown(f"{address} is down ({reason})")))
-        # A timer that fails the future is cheaper than asyncio.wait_for's extra future and callbacks.
-        timer = loop.call_later(timeout, expire)
         try:
             await self.deliver(address, msg, reply)
-            return await future
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that
+            # arrives as the reply does, leaving an actor's task that cannot be stopped.
+            async with asyncio.timeout(timeout):
+                return await future
+        except TimeoutError:
+            raise AskTimeout(f"no reply from {address} to {type(msg).__name__} within {timeout:g}s") from None
         finally:
-            timer.cancel()
             if unwatch is not None:
                 unwatch()
             elif remote is not None:

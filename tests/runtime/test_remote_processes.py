@@ -12,7 +12,7 @@ import pytest
 from conftest import NodeFactory, PeerProcess, free_port
 from peer_node import Add, Blob, Crash, Forward, Ping, Sleep, Total
 
-from five_actors.errors import ActorDown, UnknownMessageType
+from five_actors.errors import ActorDown, AskTimeout, UnknownMessageType
 from five_actors.runtime.actor import Actor, Down, message
 from five_actors.runtime.link import Link
 from five_actors.runtime.node import Node
@@ -55,6 +55,9 @@ async def test_tell_ask_and_watch_across_processes(make_node: NodeFactory, peer_
     assert await counter.ask(Total()) == 5050  # tells on one link arrive in order, before the ask
     with pytest.raises(UnknownMessageType, match="unknown message type 'OnlyInTests'"):
         await node.ask("peer/echo", OnlyInTests(1))
+    with pytest.raises(AskTimeout, match="no reply from peer/echo to Sleep within 0.2s"):
+        await node.ask("peer/echo", Sleep(1.0), timeout=0.2)
+    assert node.transport._pending == {}  # a timed-out ask leaves nothing behind for its late reply
 
     watcher = Watcher()
     node.system.spawn(watcher, "/watcher")

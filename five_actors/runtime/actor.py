@@ -187,12 +187,11 @@ class _Cell:
         self.messages_out = 0
         self.stop_reason = "shutdown"
         self.tasks: set[asyncio.Task[Any]] = set()
-        self.done = asyncio.get_running_loop().create_future()
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"actor:{path}")
-        self.task.add_done_callback(self._task_finished)
+        self.done = asyncio.get_running_loop().create_future()
 
-    def _task_finished(self, task: asyncio.Task[Any]) -> None:
-        # A task cancelled before its first step never runs `_run`, so its exit is recorded here.
+    def exit_if_never_ran(self, task: asyncio.Task[Any]) -> None:
+        """Record the exit of a task cancelled before its first step (its `_run` never ran)."""
         if not self.done.done():
             self.state = "crashed"
             log.warning("actor_killed", actor=self.path)
@@ -318,7 +317,8 @@ class ActorSystem:
         ref = self.ref(path)
         actor.ref = ref
         actor.system = self
-        self._cells[path] = _Cell(self, actor, path)
+        cell = self._cells[path] = _Cell(self, actor, path)
+        cell.task.add_done_callback(cell.exit_if_never_ran)
         return ref
 
     async def stop(self, ref: ActorRef | str, timeout: float = 5.0) -> str:

@@ -187,13 +187,12 @@ class _Cell:
         self.messages_out = 0
         self.stop_reason = "shutdown"
         self.tasks: set[asyncio.Task[Any]] = set()
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"actor:{path}")
         self.done = asyncio.get_running_loop().create_future()
         self.running: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"actor:{path}")
-        self.task.add_done_callback(self._task_finished)
 
-    def _task_finished(self, task: asyncio.Task[Any]) -> None:
-        # A task cancelled before its first step never runs `_run`, so its exit is recorded here.
+    def exit_if_never_ran(self, task: asyncio.Task[Any]) -> None:
+        """Record the exit of a task cancelled before its first step (its `_run` never ran)."""
         if not self.done.done():
             self.state = "crashed"
             log.warning("actor_killed", actor=self.path)
@@ -320,7 +319,8 @@ class ActorSystem:
         ref = self.ref(path)
         actor.ref = ref
         actor.system = self
-        self._cells[path] = _Cell(self, actor, path)
+        cell = self._cells[path] = _Cell(self, actor, path)
+        cell.task.add_done_callback(cell.exit_if_never_ran)
         return ref
 
     async def stop(self, ref: ActorRef | str, timeout: float = 5.0) -> str:
@@ -425,21 +425,19 @@ class ActorSystem:
             if not future.done():
                 future.set_exception(error) if error is not None else future.set_result(result)
 
-        def expire() -> None:
-            if not future.done():
-                future.set_exception(AskTimeout(f"no reply from {address} to {type(msg).__name__} within {timeout:g}s"))
-
         remote = self.remote if split_address(address)[0] != self.node_id else None
         # A local ask watches its target so it fails at once when the actor dies mid-request;
         # a remote one relies on the router, which always answers (ActorDown on a lost link).
         unwatch = None if remote else self.watch_address(address, lambda reason: reply(None, ActorDown(f"{address} is down ({reason})")))
-        # A timer that fails the future is cheaper than asyncio.wait_for's extra future and callbacks.
-        timer = loop.call_later(timeout, expire)
         try:
             await self.deliver(address, msg, reply)
-            return await future
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that
+            # arrives as the reply does, leaving an actor's task that cannot be stopped.
+            async with asyncio.timeout(timeout):
+                return await future
+        except TimeoutError:
+            raise AskTimeout(f"no reply from {address} to {type(msg).__name__} within {timeout:g}s") from None
         finally:
-            timer.cancel()
             if unwatch is not None:
                 unwatch()
             elif remote is not None:

@@ -51,6 +51,13 @@ class Add:
 
 
 @message
+class Blob:
+    """Counter adds the array's size in bytes."""
+
+    data: np.ndarray
+
+
+@message
 class Total:
     """Counter replies with its total."""
 
@@ -78,13 +85,16 @@ class Echo(Actor):
 
 
 class Counter(Actor):
-    """Sums Add messages."""
+    """Sums Add messages (and Blob sizes)."""
 
     def __init__(self) -> None:
         self.total = 0
 
     async def on_add(self, msg: Add) -> None:
         self.total += msg.n
+
+    async def on_blob(self, msg: Blob) -> None:
+        self.total += msg.data.nbytes
 
     async def on_total(self, msg: Total) -> int:
         return self.total

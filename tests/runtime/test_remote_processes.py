@@ -10,10 +10,11 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 import pytest
 from conftest import NodeFactory, PeerProcess, free_port
-from peer_node import Add, Crash, Forward, Ping, Sleep, Total
+from peer_node import Add, Blob, Crash, Forward, Ping, Sleep, Total
 
-from five_actors.errors import ActorDown, UnknownMessageType
+from five_actors.errors import ActorDown, AskTimeout, UnknownMessageType
 from five_actors.runtime.actor import Actor, Down, message
+from five_actors.runtime.link import Link
 from five_actors.runtime.node import Node
 
 PeerFactory = Callable[..., Awaitable[PeerProcess]]
@@ -54,6 +55,9 @@ async def test_tell_ask_and_watch_across_processes(make_node: NodeFactory, peer_
     assert await counter.ask(Total()) == 5050  # tells on one link arrive in order, before the ask
     with pytest.raises(UnknownMessageType, match="unknown message type 'OnlyInTests'"):
         await node.ask("peer/echo", OnlyInTests(1))
+    with pytest.raises(AskTimeout, match="no reply from peer/echo to Sleep within 0.2s"):
+        await node.ask("peer/echo", Sleep(1.0), timeout=0.2)
+    assert node.transport._pending == {}  # a timed-out ask leaves nothing behind for its late reply
 
     watcher = Watcher()
     node.system.spawn(watcher, "/watcher")
@@ -118,3 +122,26 @@ async def test_a_frozen_peer_is_dropped_by_the_heartbeat(make_node: NodeFactory,
         assert await asyncio.wait_for(watcher.downs.get(), 30) == Down("peer/echo", "link_lost")
     finally:
         os.kill(peer.proc.pid, signal.SIGCONT)
+
+
+async def test_tells_wait_while_the_peer_does_not_read(make_node: NodeFactory, peer_process: PeerFactory) -> None:
+    node = await make_node("test", heartbeat_s=60.0)
+    peer = await peer_process("peer")
+    await node.connect(peer.url)
+    counter = node.ref("peer/counter")
+    blob = np.zeros(1024 * 1024, dtype=np.uint8)
+
+    async def flood() -> None:
+        for _ in range(64):
+            await counter.tell(Blob(blob))
+
+    os.kill(peer.proc.pid, signal.SIGSTOP)
+    try:
+        sending = asyncio.create_task(flood())
+        done, _ = await asyncio.wait({sending}, timeout=3)
+        assert not done  # 64 MiB do not fit in the socket buffers: the sender waits
+        assert len(node.transport.links["peer"]._batch) <= Link.BATCH_FRAMES
+    finally:
+        os.kill(peer.proc.pid, signal.SIGCONT)
+    await asyncio.wait_for(sending, 120)
+    assert await counter.ask(Total(), timeout=60) == 64 * blob.nbytes

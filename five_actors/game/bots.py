@@ -80,8 +80,8 @@ def _direction(dx: float, dy: float) -> int:
 
 @njit(cache=True)
 def _scripted_actions(obs: np.ndarray, mtype: np.ndarray, mtarget: np.ndarray, L: np.ndarray, AB: np.ndarray,
-                      fountain: float, tower_reach: float, out: np.ndarray) -> None:
-    """The scripted lane bot, one row at a time; distances are in observation units."""
+                      fountain: float, tower_reach: float, unit: float, out: np.ndarray) -> None:
+    """The scripted lane bot, one row at a time; distances are in observation units (`unit` per map unit)."""
     n_allies, n_enemies, n_creeps, n_structs = L[L_ALLIES], L[L_ENEMIES], L[L_CREEPS], L[L_STRUCTS]
     s_enemy = 1 + n_allies
     s_creep = s_enemy + n_enemies
@@ -166,14 +166,14 @@ def _scripted_actions(obs: np.ndarray, mtype: np.ndarray, mtarget: np.ndarray, L
                     low = o[b + L[L_CREEP_HP]]
                     target = s_creep + c
         if target < 0:
-            reach = (o[L[L_SELF_RANGE]] * 10.0 + 3.0) / 50.0
+            reach = (o[L[L_SELF_RANGE]] * 10.0 + 3.0) * unit
             for j in range(n_enemies):
                 b = L[L_ENEMY_OFF] + j * L[L_ENEMY_W]
                 ehp = o[b + L[L_ENEMY_HP]]
-                if mtarget[r, A_ATTACK, s_enemy + j] and o[b + L[L_ENEMY_DIST]] < reach and (ehp < 0.4 or ehp < hp - 0.2):
-                    if ehp < low:
-                        low = ehp
-                        target = s_enemy + j
+                weak = ehp < 0.4 or ehp < hp - 0.2
+                if mtarget[r, A_ATTACK, s_enemy + j] and o[b + L[L_ENEMY_DIST]] < reach and weak and ehp < low:
+                    low = ehp
+                    target = s_enemy + j
         if target >= 0:
             out[r, 0] = A_ATTACK
             out[r, 2] = target
@@ -267,10 +267,11 @@ class ScriptedBot:
         scale = cfg.map_size / 2.0
         self._fountain = FOUNTAIN_AT * cfg.map_size / scale
         self._tower_reach = (cfg.tower_range + 1.5) / scale
+        self._unit = 1.0 / scale
 
     def act(self, obs: np.ndarray, masks: dict[str, np.ndarray]) -> np.ndarray:
         """Actions `[rows, 3]` for whole teams of rows (see the module docstring)."""
         out = np.zeros((obs.shape[0], 3), dtype=np.int64)
         _scripted_actions(obs, masks["type"], masks["target"], self._layout, self._abilities, self._fountain,
-                          self._tower_reach, out)
+                          self._tower_reach, self._unit, out)
         return out

@@ -8,7 +8,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from five_actors.game.sim import _event, _hero_orders, _npc_orders, _refresh_hero, vulnerable
+from five_actors.game.sim import _event, _hero_orders, _npc_orders, _refresh_hero
 from five_actors.game.state import (
     ACD, ALIVE, DMG, C_ANCIENT, C_DEATH, C_DENY, C_GOLD, C_HEALTH, C_KILL, C_LASTHIT, C_MANA, C_TOWER, C_WIN, C_XP,
     EV_ANCIENT, EV_DENY, EV_KILL, EV_LASTHIT, EV_TOWER, FOUNTAIN_RADIUS, G_DONE, G_NEXTWAVE, G_STEP, G_WINNER,

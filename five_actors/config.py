@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from five_actors.errors import ConfigError
+from five_actors.model.config import ModelConfig, PPOConfig
 
 T = TypeVar("T")
 
@@ -156,6 +157,10 @@ class Config:
 
     name: str = "custom"
     """The config's name, used in the run directory's name."""
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    """The policy network's sizes and device."""
+    ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
+    """The PPO learner's hyperparameters."""
 
 
 def load_config(name: str | Path, overrides: typing.Sequence[str] = ()) -> Config:

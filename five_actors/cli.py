@@ -6,12 +6,17 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
 from five_actors import __version__
 from five_actors.bench import BENCHMARKS
 from five_actors.errors import FiveActorsError
+
+if TYPE_CHECKING:
+    from five_actors.logreplay import LogFilter
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -24,6 +29,84 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _log_filter(args: argparse.Namespace) -> LogFilter:
+    from five_actors.logreplay import LogFilter
+
+    return LogFilter(actors=args.actor or (), events=args.event or (), since=args.since, until=args.until)
+
+
+def cmd_logs_replay(args: argparse.Namespace) -> int:
+    """Print a run's logs merged by time, filtered, optionally followed live."""
+    from five_actors.logreplay import replay
+
+    try:
+        return replay(Path(args.run_dir), _log_filter(args), as_json=args.json, follow=args.follow)
+    except BrokenPipeError:
+        return 0
+
+
+def cmd_logs_summary(args: argparse.Namespace) -> int:
+    """Print per actor its starts, crashes, restarts and last error, and counts per event."""
+    from five_actors.logreplay import find_log_dir, read_merged, summarize, summary_json, summary_text
+
+    actors, events = summarize(read_merged(find_log_dir(Path(args.run_dir)), _log_filter(args)))
+    if args.json:
+        sys.stdout.write(orjson.dumps(summary_json(actors, events), option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(summary_text(actors, events))
+    return 0
+
+
+def _time_arg(text: str) -> float:
+    from five_actors.logreplay import parse_time
+
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_logs_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    logs = commands.add_parser("logs", help="read a run's structured logs")
+    which = logs.add_subparsers(dest="logs_command", required=True, metavar="{replay,summary}")
+    replay = which.add_parser("replay", help="print the logs of every node merged by time")
+    summary = which.add_parser("summary", help="starts, crashes, restarts and last error per actor; counts per event")
+    for sub in (replay, summary):
+        sub.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (its logs/ folder) or a folder of *.jsonl")
+        sub.add_argument("--actor", action="append", metavar="GLOB", help="actor path glob, e.g. '/rollouts/*' (repeatable)")
+        sub.add_argument("--event", action="append", metavar="NAME", help="event name or glob (repeatable)")
+        sub.add_argument("--since", type=_time_arg, metavar="TIME", help="from this time: 10m, 2h, 30s ago, ISO time, HH:MM:SS")
+        sub.add_argument("--until", type=_time_arg, metavar="TIME", help="up to this time (same forms as --since)")
+        sub.add_argument("--json", action="store_true", help="JSON output (replay: the raw lines)")
+    replay.add_argument("--follow", "-f", action="store_true", help="keep printing new lines, like tail -f (Ctrl-C stops)")
+    replay.set_defaults(func=cmd_logs_replay)
+    summary.set_defaults(func=cmd_logs_summary)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Play a recorded match in the terminal, or write it as a self-contained HTML player."""
+    from five_actors.game.replay import load_replay
+    from five_actors.game.replay_player import play_terminal, write_html
+
+    replay = load_replay(args.file)
+    if args.html:
+        target = write_html(replay, args.html, source_name=Path(args.file).name)
+        print(f"wrote {target} ({len(replay.frames)} frames); open it in a browser")
+        return 0
+    return play_terminal(replay, speed=args.speed, from_step=args.from_step, once=args.once, width=args.width)
+
+
+def _add_replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    replay = commands.add_parser("replay", help="play back a recorded match (terminal or HTML)")
+    replay.add_argument("file", metavar="FILE", help="a match replay file")
+    replay.add_argument("--html", metavar="OUT", help="write a self-contained HTML player to OUT instead")
+    replay.add_argument("--speed", type=float, default=1.0, help="playback speed, times real time (default 1)")
+    replay.add_argument("--from", dest="from_step", type=int, metavar="STEP", help="start at this game step")
+    replay.add_argument("--once", action="store_true", help="print one frame (at --from) and exit")
+    replay.add_argument("--width", type=int, default=64, help="map width in characters (default 64)")
+    replay.set_defaults(func=cmd_replay)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="five-actors", description="OpenAI Five-style distributed self-play training.")
     parser.add_argument("--version", action="version", version=f"five-actors {__version__}")
@@ -33,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("bench", choices=sorted(BENCHMARKS), metavar="NAME", help=", ".join(sorted(BENCHMARKS)))
     bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="the benchmark's own options (see NAME --help)")
     bench.set_defaults(func=cmd_bench)
+    _add_logs_parser(commands)
+    _add_replay_parser(commands)
     return parser
 
 

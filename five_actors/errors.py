@@ -14,6 +14,7 @@
     ├── GameError                   bad actions, impossible game settings
     ├── ModelError                  observations, masks or losses the model refuses
     ├── CheckpointError             a truncated, corrupt or mismatched checkpoint
+    ├── LogsError                   a run's logs that cannot be found or read
     └── SurgeryRejected             a surgery that would change behaviour or is not supported
 
 A handler that raises a FiveActorsError refuses one request: the asker receives it as a
@@ -82,6 +83,10 @@ class ModelError(FiveActorsError):
 
 class CheckpointError(FiveActorsError):
     """A checkpoint that is truncated, corrupt or does not match."""
+
+
+class LogsError(FiveActorsError):
+    """A run directory or its log files that do not exist or cannot be read."""
 
 
 class SurgeryRejected(FiveActorsError):

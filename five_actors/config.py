@@ -21,6 +21,7 @@ from five_actors.errors import ConfigError
 from five_actors.runtime.config import NodeConfig
 from five_actors.supervisor.config import TreeConfig
 from five_actors.game.config import GameConfig
+from five_actors.model.config import ModelConfig, PPOConfig
 
 T = TypeVar("T")
 
@@ -165,6 +166,10 @@ class Config:
     """This process's node: listen address, link limits, heartbeat, reconnect backoff."""
     game: GameConfig = dataclasses.field(default_factory=GameConfig)
     """The lane game (five_actors.game)."""
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    """The policy network's sizes and device."""
+    ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
+    """The PPO learner's hyperparameters."""
 
 
 def load_config(name: str | Path, overrides: typing.Sequence[str] = ()) -> Config:

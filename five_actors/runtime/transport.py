@@ -19,6 +19,7 @@ import itertools
 import random
 import secrets
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -346,6 +347,9 @@ class Transport:
         except asyncio.CancelledError:
             reason = "node stopping"
             raise
+        except Exception as exc:  # noqa: BLE001 - a bug here must drop this link, not the node
+            reason = f"internal error: {type(exc).__name__}: {exc}"
+            log.error("link_crashed", peer=link.peer, reason=reason, traceback=traceback.format_exc())
         finally:
             if not ws.closed:
                 await asyncio.shield(ws.close(code=WSCloseCode.GOING_AWAY, message=close_message(reason)))

@@ -284,6 +284,7 @@ class Transport:
             self._spawn(existing.ws.close(code=WSCloseCode.GOING_AWAY, message=b"peer restarted"))
         elif existing is not None and existing.is_up:
             if self._initiator(existing) == min(self.node_id, peer) != self._initiator(link):
+                link.mark_closed("duplicate link")
                 self._spawn(ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"duplicate link"))
                 return existing
             existing.replaced = True

@@ -70,7 +70,9 @@ class Transport:
     async def send(self, address: str, msg: Any, reply: Reply | None, sender: str | None) -> None:
         """Send a tell (reply None) or an ask to an actor on another node."""
         node = address.partition("/")[0]
-        link = await self._link_for(node)
+        link = self.links.get(node)
+        if link is None or not link.is_up:
+            link = await self._link_for(node)
         if reply is None:
             await link.send(wire.encode("tell", to=address, sender=sender, body=msg, max_bytes=link.max_bytes))
             return

@@ -30,8 +30,8 @@ def token_matches(request: web.Request, token: str) -> bool:
 
 
 def close_message(reason: str) -> bytes:
-    # A close frame's payload is at most 125 bytes, two of them the code.
-    return reason.encode()[:120]
+    """`reason` cut to fit a close frame (125 bytes, two of them the code) without splitting a character."""
+    return reason.encode()[:120].decode("utf-8", "ignore").encode()
 
 
 class Link:
@@ -149,9 +149,11 @@ class Link:
                         small_bytes += len(frame)
                 if small:
                     await self.ws.send_bytes(b"".join(small) if len(small) > 1 else small[0])
-        except (ConnectionError, RuntimeError) as exc:
-            # The reader sees the same loss and runs the link-lost handling; drop what is queued.
-            self.mark_closed(f"send failed: {exc}")
+        except Exception as exc:  # noqa: BLE001 - whatever broke the socket ends this link
+            # Closing the socket makes the reader run the link-lost handling; what is queued is dropped.
+            self.mark_closed(f"send failed: {type(exc).__name__}: {exc}")
+            if not self.ws.closed:
+                await self.ws.close(code=aiohttp.WSCloseCode.INTERNAL_ERROR, message=close_message(f"send failed: {exc}"))
 
     def mark_closed(self, reason: str) -> None:
         if not self.closed.done():

@@ -246,3 +246,24 @@ async def test_the_smaller_size_limit_of_the_two_ends_applies_to_frames_and_batc
         await big.ref("small/echo").tell(Ping(n, np.zeros(100, dtype=np.uint8)))
     assert (await big.ask("small/echo", Ping(7))).n == 7
     assert [row["state"] for row in big.links()] == ["up"]
+
+
+async def test_frames_for_addresses_that_are_not_here_get_answers_not_a_broken_link(make_node: NodeFactory) -> None:
+    node = await make_node("a")
+    node.system.spawn(Echo(), "/echo")
+    async with aiohttp.ClientSession() as session:
+        ws = await _raw_client(session, node)
+        await ws.send_bytes(wire.encode("tell", to="elsewhere/echo", body=Ping(1)))
+        await ws.send_bytes(wire.encode("tell", to="a/nobody", body=Ping(1)))
+        await ws.send_bytes(wire.encode("ask", to="a/", id=1, body=Ping(1)))
+        await ws.send_bytes(wire.encode("ask", to="elsewhere/echo", id=2, body=Ping(1)))
+        await ws.send_bytes(wire.encode("watch", to="a/", id=3))
+        await ws.send_bytes(wire.encode("watch", to="a/nobody", id=4))
+        answers: list[wire.Envelope] = []
+        while len(answers) < 4:  # the node batches what it sends in one loop turn
+            answers += [e for e in wire.decode_batch((await ws.receive()).data) if isinstance(e, wire.Envelope)]
+        assert [(e.kind, e.id) for e in answers] == [("error", 1), ("error", 2), ("down", 3), ("down", 4)]
+        assert "links do not forward" in answers[1].body["message"]
+        assert [e.body for e in answers[2:]] == ["noproc", "noproc"]
+        await ws.send_bytes(wire.encode("ask", to="a/echo", id=5, body=Ping(5)))
+        assert wire.decode((await ws.receive()).data).body == Ping(5)

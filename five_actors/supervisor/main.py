@@ -199,11 +199,9 @@ async def join(url: str, token: str, name: str | None, host: str, port: int, run
     name = name or socket.gethostname()
     run_dir.mkdir(parents=True, exist_ok=True)
     configure_logging(name, run_dir / "logs")
-    context_box: dict[str, TreeContext] = {}
 
     def make_agent(node: Node) -> HostAgent:
-        context_box["ctx"] = TreeContext(node.system, run_dir, node)
-        return HostAgent(node, "", name, context_box["ctx"])
+        return HostAgent(node, "", name, TreeContext(node.system, run_dir, node))  # the head's id is known once linked
 
     node, agent, shutdown = await _start_node(name, token, NodeConfig(host=host, port=port), make_agent)
     try:

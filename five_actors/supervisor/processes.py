@@ -23,7 +23,6 @@ import dataclasses
 import os
 import signal
 import sys
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -188,8 +187,3 @@ def report(**fields: Any) -> None:
     """Write one JSON report line for the parent on stdout (see the module docstring)."""
     sys.stdout.write(orjson.dumps(fields).decode() + "\n")
     sys.stdout.flush()
-
-
-def run_dir_logs(run_dir: str) -> Path | None:
-    """The log folder of a run directory given as a string ('' for none)."""
-    return Path(run_dir) / "logs" if run_dir else None

@@ -83,6 +83,30 @@ def _add_logs_parser(commands: argparse._SubParsersAction) -> None:  # type: ign
     summary.set_defaults(func=cmd_logs_summary)
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Play a recorded match in the terminal, or write it as a self-contained HTML player."""
+    from five_actors.game.replay import load_replay
+    from five_actors.game.replay_player import play_terminal, write_html
+
+    replay = load_replay(args.file)
+    if args.html:
+        target = write_html(replay, args.html, source_name=Path(args.file).name)
+        print(f"wrote {target} ({len(replay.frames)} frames); open it in a browser")
+        return 0
+    return play_terminal(replay, speed=args.speed, from_step=args.from_step, once=args.once, width=args.width)
+
+
+def _add_replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    replay = commands.add_parser("replay", help="play back a recorded match (terminal or HTML)")
+    replay.add_argument("file", metavar="FILE", help="a match replay file")
+    replay.add_argument("--html", metavar="OUT", help="write a self-contained HTML player to OUT instead")
+    replay.add_argument("--speed", type=float, default=1.0, help="playback speed, times real time (default 1)")
+    replay.add_argument("--from", dest="from_step", type=int, metavar="STEP", help="start at this game step")
+    replay.add_argument("--once", action="store_true", help="print one frame (at --from) and exit")
+    replay.add_argument("--width", type=int, help="map width in characters (default: fit the terminal)")
+    replay.set_defaults(func=cmd_replay)
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     """Start the root supervisor and its tree on this host, serve HTTP, stop cleanly on Ctrl-C/SIGTERM."""
     from five_actors.config import load_config
@@ -185,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("bench_args", nargs=argparse.REMAINDER, help="the benchmark's own options (see NAME --help)")
     bench.set_defaults(func=cmd_bench)
     _add_logs_parser(commands)
+    _add_replay_parser(commands)
     _add_supervisor_parsers(commands)
     return parser
 

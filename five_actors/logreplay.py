@@ -234,11 +234,21 @@ def _follow(log_dir: Path, log_filter: LogFilter, as_json: bool, out: IO[str], p
 class ActorSummary:
     """What `logs summary` reports for one actor."""
 
-    starts: int = 0
+    actor_starts: int = 0
+    """actor_started events of this path (the actor itself starting)."""
+    child_starts: int = 0
+    """child_started events naming this path (its supervisor starting it)."""
     crashes: int = 0
     restarts: int = 0
     last_error: str | None = None
-    last_error_ts: float | None = None
+    nodes: set[str] = dataclasses.field(default_factory=set)
+    """The nodes this path ran on (an actor path such as /_node can exist on every node)."""
+
+    @property
+    def starts(self) -> int:
+        """Starts seen from either side: a supervised actor logs actor_started and its supervisor
+        child_started for the same start, so the two are not added up."""
+        return max(self.actor_starts, self.child_starts)
 
 
 def _child_path(record: dict[str, Any]) -> str:
@@ -251,7 +261,12 @@ def _child_path(record: dict[str, Any]) -> str:
 
 
 def summarize(entries: Iterable[Entry]) -> tuple[dict[str, ActorSummary], Counter[str]]:
-    """Per actor: starts (actor_started + child_started), crashes, restarts, last error; and counts per event."""
+    """Per actor: starts (actor_started / child_started), crashes, restarts, last error; and counts per event.
+
+    A supervisor's child_* events are about the actor at `SUPERVISOR_PATH/CHILD_ID`; the last
+    error is the reason of the latest actor_crashed, child_exited with an abnormal reason, or
+    supervisor_gave_up.
+    """
     actors: dict[str, ActorSummary] = {}
     events: Counter[str] = Counter()
 
@@ -264,12 +279,16 @@ def summarize(entries: Iterable[Entry]) -> tuple[dict[str, ActorSummary], Counte
         actor = record.get("actor")
         error = None
         if event == "actor_started" and actor:
-            of(actor).starts += 1
+            of(actor).actor_starts += 1
+            of(actor).nodes.add(str(record.get("node")))
         elif event == "actor_crashed" and actor:
             of(actor).crashes += 1
             error = (str(actor), record.get("reason"))
         elif event == "child_started":
-            of(_child_path(record)).starts += 1
+            of(_child_path(record)).child_starts += 1
+            if record.get("node_"):
+                # The supervisor logs where it started the child as its own `node` field.
+                of(_child_path(record)).nodes.add(str(record["node_"]))
         elif event == "child_restarted":
             of(_child_path(record)).restarts += 1
         elif event == "child_exited" and str(record.get("reason")) not in NORMAL_REASONS:
@@ -277,9 +296,7 @@ def summarize(entries: Iterable[Entry]) -> tuple[dict[str, ActorSummary], Counte
         elif event == "supervisor_gave_up":
             error = (_child_path(record), record.get("reason"))
         if error is not None:
-            summary = of(error[0])
-            summary.last_error = str(error[1])
-            summary.last_error_ts = record["ts"]
+            of(error[0]).last_error = str(error[1])
     return actors, events
 
 
@@ -287,7 +304,10 @@ def summary_json(actors: dict[str, ActorSummary], events: Counter[str]) -> dict[
     """The summary as the JSON object `logs summary --json` prints."""
     return {
         "actors": {
-            name: {"starts": s.starts, "crashes": s.crashes, "restarts": s.restarts, "last_error": s.last_error}
+            name: {
+                "starts": s.starts, "crashes": s.crashes, "restarts": s.restarts, "last_error": s.last_error,
+                "nodes": sorted(s.nodes),
+            }
             for name, s in sorted(actors.items())
         },
         "events": dict(sorted(events.items())),
@@ -296,15 +316,16 @@ def summary_json(actors: dict[str, ActorSummary], events: Counter[str]) -> dict[
 
 def summary_text(actors: dict[str, ActorSummary], events: Counter[str]) -> str:
     """The summary as two readable tables: actors, then events."""
-    header = ("ACTOR", "STARTS", "CRASHES", "RESTARTS", "LAST ERROR")
+    header = ("ACTOR", "NODES", "STARTS", "CRASHES", "RESTARTS", "LAST ERROR")
     rows = [header] + [
-        (name, str(s.starts), str(s.crashes), str(s.restarts), s.last_error or "-") for name, s in sorted(actors.items())
+        (name, ",".join(sorted(s.nodes)) or "-", str(s.starts), str(s.crashes), str(s.restarts), s.last_error or "-")
+        for name, s in sorted(actors.items())
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = []
     for row in rows:
-        cells = [row[0].ljust(widths[0])] + [row[i].rjust(widths[i]) for i in (1, 2, 3)]
-        lines.append("  ".join(cells) + "  " + _one_line(row[4]))
+        cells = [row[0].ljust(widths[0]), row[1].ljust(widths[1])] + [row[i].rjust(widths[i]) for i in (2, 3, 4)]
+        lines.append("  ".join(cells) + "  " + _one_line(row[5]))
     if len(rows) == 1:
         lines.append("(no actor lifecycle events)")
     lines.append("")

@@ -3,7 +3,8 @@
 `configure_logging(node_id, log_dir)` sets structlog up for the process. Each line carries
 `ts` (float UNIX seconds, so files of many nodes merge by time), `node`, `actor` (null unless
 bound), `event`, `level`, then the event's own fields; an exception becomes a `traceback`
-field. Lines are written with one unbuffered `write` each on a file opened for appending,
+field (an event's own field named `node`, `ts` or `level` is kept as `node_`, `ts_`,
+`level_`). Lines are written with one unbuffered `write` each on a file opened for appending,
 so a process killed with `kill -9` loses at most a partial last line, which the reader
 (`five_actors.logreplay`) skips with a warning.
 
@@ -157,10 +158,10 @@ def _add_head_fields(_logger: Any, method_name: str, event_dict: MutableMapping[
         "event": event_dict.pop("event", None),
         "level": "warning" if method_name == "warn" else method_name,
     }
-    event_dict.pop("ts", None)
-    event_dict.pop("node", None)
-    event_dict.pop("level", None)
-    record.update(event_dict)
+    for key, value in event_dict.items():
+        # A field named like a head field (node=, ts=, level=) must not overwrite it: it is
+        # kept with a trailing underscore, as PEP 8 renames clashing names.
+        record[f"{key}_" if key in record else key] = value
     if exc_info:
         if exc_info is True:
             exc_info = sys.exc_info()

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import orjson
@@ -51,12 +50,17 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run whose two nodes wrote interleaved lines from four separate processes."""
     run = tmp_path_factory.mktemp("run")
     logs = run / "logs"
-    write_logs(logs, "head", "/root,node_started,info,url=http://127.0.0.1:1", "/root/ping,actor_started,info,cls=Ping")
+    write_logs(
+        logs, "head",
+        "/root,node_started,info,url=http://127.0.0.1:1", "/root/ping,actor_started,info,cls=Ping",
+        "/root,child_started,info,child=pong,kind=process,node=worker",
+    )
     write_logs(logs, "worker", "/root/pong,actor_started,info,cls=Pong", "-,link_up,info,peer=head")
     write_logs(
         logs, "head",
         "/root,child_exited,warning,child=pong,reason=killed",
         "/root,child_restarted,info,child=pong,restarts=1",
+        "/root,child_started,info,child=pong,kind=process,node=worker",
     )
     write_logs(
         logs, "worker",
@@ -71,14 +75,16 @@ def test_lines_of_all_nodes_are_merged_by_time(run_dir: Path) -> None:
     assert result.returncode == 0, result.stderr
     records = json_lines(result.stdout)
     assert [(r["node"], r["event"]) for r in records] == [
-        ("head", "node_started"), ("head", "actor_started"),
+        ("head", "node_started"), ("head", "actor_started"), ("head", "child_started"),
         ("worker", "actor_started"), ("worker", "link_up"),
-        ("head", "child_exited"), ("head", "child_restarted"),
+        ("head", "child_exited"), ("head", "child_restarted"), ("head", "child_started"),
         ("worker", "actor_started"), ("worker", "actor_crashed"),
     ]
     assert [r["ts"] for r in records] == sorted(r["ts"] for r in records)
     assert all(list(r)[:5] == ["ts", "node", "actor", "event", "level"] for r in records)
-    assert records[3]["actor"] is None
+    assert records[4]["actor"] is None
+    # An event's own `node` field does not overwrite the line's node.
+    assert records[2]["node"] == "head" and records[2]["node_"] == "worker"
 
 
 def test_readable_lines_show_time_node_actor_event_and_fields(run_dir: Path) -> None:
@@ -104,16 +110,16 @@ def test_actor_filter_is_a_glob_on_the_actor_path(run_dir: Path) -> None:
 
 def test_event_filter_repeats_and_globs(run_dir: Path) -> None:
     records = json_lines(cli("replay", str(run_dir), "--json", "--event", "child_*", "--event", "link_up").stdout)
-    assert [r["event"] for r in records] == ["link_up", "child_exited", "child_restarted"]
+    assert [r["event"] for r in records] == ["child_started", "link_up", "child_exited", "child_restarted", "child_started"]
 
 
 def test_since_and_until_take_iso_relative_and_clock_times(run_dir: Path) -> None:
     records = json_lines(cli("replay", str(run_dir), "--json").stdout)
-    cut = (records[3]["ts"] + records[4]["ts"]) / 2
+    cut = (records[4]["ts"] + records[5]["ts"]) / 2
     iso = datetime.datetime.fromtimestamp(cut).isoformat()
     later = json_lines(cli("replay", str(run_dir), "--json", "--since", iso).stdout)
     earlier = json_lines(cli("replay", str(run_dir), "--json", "--until", iso).stdout)
-    assert later == records[4:] and earlier == records[:4]
+    assert later == records[5:] and earlier == records[:5]
     assert len(json_lines(cli("replay", str(run_dir), "--json", "--since", "1h").stdout)) == len(records)
     assert json_lines(cli("replay", str(run_dir), "--json", "--until", "1h").stdout) == []
     assert parse_time("10m", now=1000.0) == 400.0
@@ -126,15 +132,19 @@ def test_summary_counts_starts_crashes_restarts_and_last_error(run_dir: Path) ->
     result = cli("summary", str(run_dir), "--json")
     assert result.returncode == 0, result.stderr
     summary = orjson.loads(result.stdout)
+    # pong started twice: each start is logged by it (actor_started) and its supervisor (child_started).
     pong = summary["actors"]["/root/pong"]
-    assert pong == {"starts": 2, "crashes": 1, "restarts": 1, "last_error": "ValueError: bad pong"}
-    assert summary["actors"]["/root/ping"] == {"starts": 1, "crashes": 0, "restarts": 0, "last_error": None}
+    assert pong == {"starts": 2, "crashes": 1, "restarts": 1, "last_error": "ValueError: bad pong", "nodes": ["worker"]}
+    assert summary["actors"]["/root/ping"] == {
+        "starts": 1, "crashes": 0, "restarts": 0, "last_error": None, "nodes": ["head"],
+    }
     assert summary["events"] == {
-        "actor_crashed": 1, "actor_started": 3, "child_exited": 1, "child_restarted": 1, "link_up": 1, "node_started": 1,
+        "actor_crashed": 1, "actor_started": 3, "child_exited": 1, "child_restarted": 1, "child_started": 2,
+        "link_up": 1, "node_started": 1,
     }
     text = cli("summary", str(run_dir)).stdout
     row = next(line for line in text.splitlines() if line.startswith("/root/pong"))
-    assert row.split()[:4] == ["/root/pong", "2", "1", "1"] and row.endswith("ValueError: bad pong")
+    assert row.split()[:5] == ["/root/pong", "worker", "2", "1", "1"] and row.endswith("ValueError: bad pong")
     assert "actor_started    3" in text
 
 
@@ -234,3 +244,41 @@ def test_without_log_dir_lines_go_to_stderr_and_bad_arguments_are_refused(tmp_pa
     refused = subprocess.run([sys.executable, "-c", bad], capture_output=True, text=True)
     assert refused.returncode != 0 and "log level 'loud'" in refused.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+ACTOR_RUN = """
+import asyncio, sys
+from pathlib import Path
+from five_actors.logs import configure_logging
+from five_actors.runtime.actor import Actor, ActorSystem, message
+
+@message
+class Explode:
+    why: str
+
+class Fragile(Actor):
+    async def on_explode(self, msg):
+        raise ValueError(msg.why)
+
+async def main():
+    system = ActorSystem("n1")
+    ref = system.spawn(Fragile(), "/fragile")
+    await ref.tell(Explode("bad input"))
+    await system.wait(ref)
+
+configure_logging("n1", Path(sys.argv[1]))
+asyncio.run(main())
+"""
+
+
+def test_an_actor_crash_is_logged_with_its_traceback_and_summarised(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-c", ACTOR_RUN, str(tmp_path / "logs")], check=True, timeout=60)
+    records = json_lines(cli("replay", str(tmp_path), "--json", "--actor", "/fragile").stdout)
+    assert [r["event"] for r in records] == ["actor_started", "actor_crashed"]
+    crash = records[1]
+    assert crash["node"] == "n1" and crash["reason"] == "ValueError: bad input"
+    assert "in on_explode" in crash["traceback"] and crash["traceback"].endswith("ValueError: bad input\n")
+    summary = orjson.loads(cli("summary", str(tmp_path), "--json").stdout)
+    assert summary["actors"]["/fragile"] == {
+        "starts": 1, "crashes": 1, "restarts": 0, "last_error": "ValueError: bad input", "nodes": ["n1"],
+    }

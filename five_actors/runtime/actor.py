@@ -191,6 +191,13 @@ class _Cell:
         self.done = asyncio.get_running_loop().create_future()
         self.running: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
+    def exit_if_never_ran(self, task: asyncio.Task[Any]) -> None:
+        """Record the exit of a task cancelled before its first step (its `_run` never ran)."""
+        if not self.done.done():
+            self.state = "crashed"
+            log.warning("actor_killed", actor=self.path)
+            self.system._exited(self, "killed", None)
+
     def spawn_task(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro, name=name or f"{self.path}:task")
         self.tasks.add(task)
@@ -312,7 +319,8 @@ class ActorSystem:
         ref = self.ref(path)
         actor.ref = ref
         actor.system = self
-        self._cells[path] = _Cell(self, actor, path)
+        cell = self._cells[path] = _Cell(self, actor, path)
+        cell.task.add_done_callback(cell.exit_if_never_ran)
         return ref
 
     async def stop(self, ref: ActorRef | str, timeout: float = 5.0) -> str:
@@ -392,7 +400,22 @@ class ActorSystem:
                 reply(None, error)
                 return
             raise error
-        await cell.mailbox.put(_Delivery(msg, reply, sender))
+        try:
+            cell.mailbox.put_nowait(_Delivery(msg, reply, sender))
+        except asyncio.QueueFull:
+            await cell.mailbox.put(_Delivery(msg, reply, sender))
+
+    def deliver_nowait(self, path: str, msg: Any, sender: str | None = None) -> bool:
+        """Tell the local actor at `path` without waiting: False when its mailbox is full (then
+        await `deliver`); raises ActorDown when no actor runs there."""
+        cell = self._cells.get(path)
+        if cell is None or cell.state == "stopping":
+            raise ActorDown(f"no actor running at {self.node_id}{path}")
+        try:
+            cell.mailbox.put_nowait(_Delivery(msg, None, sender))
+        except asyncio.QueueFull:
+            return False
+        return True
 
     async def ask(self, address: str, msg: Any, timeout: float) -> Any:
         loop = asyncio.get_running_loop()
@@ -417,8 +440,8 @@ class ActorSystem:
         finally:
             if unwatch is not None:
                 unwatch()
-            elif remote is not None and not future.done():
-                remote.cancel(reply)
+            elif remote is not None:
+                remote.cancel(reply)  # a no-op unless the ask timed out or was cancelled
 
     # -- death watch ----------------------------------------------------------------------
 

@@ -15,11 +15,10 @@ node with the smaller id wins on both sides, so neither fires a spurious `link_l
 from __future__ import annotations
 
 import asyncio
-import hmac
 import itertools
 import random
+import secrets
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -31,88 +30,9 @@ from five_actors.errors import ActorDown, LinkError, TokenRefused, WireError
 from five_actors.runtime import wire
 from five_actors.runtime.actor import ActorSystem, Reply, split_address
 from five_actors.runtime.config import NodeConfig
+from five_actors.runtime.link import Link, bearer_token, close_message, normalise_url, token_matches
 
 log = structlog.get_logger("five_actors.runtime")
-
-
-def bearer_token(request: web.Request) -> str | None:
-    """The token of an `Authorization: Bearer TOKEN` header, if there is one."""
-    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
-    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
-
-
-def token_matches(request: web.Request, token: str) -> bool:
-    """Whether the request carries `token` (compared in constant time)."""
-    given = bearer_token(request)
-    return given is not None and hmac.compare_digest(given.encode(), token.encode())
-
-
-def _close_message(reason: str) -> bytes:
-    # A close frame's payload is at most 125 bytes, two of them the code.
-    return reason.encode()[:120]
-
-
-class Link:
-    """One open websocket to a peer node, with its counters and a queue for replies."""
-
-    def __init__(self, ws: web.WebSocketResponse | aiohttp.ClientWebSocketResponse, peer: str, url: str, outbound: bool) -> None:
-        self.ws = ws
-        self.peer = peer
-        self.url = url
-        self.outbound = outbound
-        self.since = time.time()
-        self.frames_in = 0
-        self.frames_out = 0
-        self.closed = asyncio.get_running_loop().create_future()
-        """Resolves with the reason when the link is gone."""
-        self.replaced = False
-        self._outbox: deque[bytes] = deque()
-        self._writer: asyncio.Task[None] | None = None
-
-    @property
-    def is_up(self) -> bool:
-        return not self.closed.done()
-
-    async def send(self, frame: bytes) -> None:
-        """Write one frame, waiting while the socket's buffer is full (backpressure)."""
-        if self.closed.done():
-            raise ActorDown(f"link to node {self.peer} is down ({self.closed.result()})")
-        self.frames_out += 1
-        try:
-            await self.ws.send_bytes(frame)
-        except (ConnectionError, RuntimeError) as exc:
-            raise ActorDown(f"link to node {self.peer} lost while sending: {exc}") from None
-
-    def post(self, frame: bytes) -> None:
-        """Queue a frame from synchronous code (a reply callback); sent in order by a writer task."""
-        if self.closed.done():
-            return
-        self._outbox.append(frame)
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.get_running_loop().create_task(self._drain(), name=f"link:{self.peer}:writer")
-
-    async def _drain(self) -> None:
-        while self._outbox:
-            try:
-                await self.send(self._outbox.popleft())
-            except ActorDown:
-                self._outbox.clear()
-
-    def mark_closed(self, reason: str) -> None:
-        if not self.closed.done():
-            self.closed.set_result(reason)
-
-    def info(self) -> dict[str, Any]:
-        """What /actors shows about this link."""
-        return {
-            "peer": self.peer,
-            "url": self.url,
-            "state": "up" if self.is_up else "down",
-            "direction": "outbound" if self.outbound else "inbound",
-            "since": self.since,
-            "frames_in": self.frames_in,
-            "frames_out": self.frames_out,
-        }
 
 
 class Transport:
@@ -121,6 +41,7 @@ class Transport:
     def __init__(self, system: ActorSystem, token: str, config: NodeConfig) -> None:
         self.system = system
         self.node_id = system.node_id
+        self._prefix = f"{self.node_id}/"
         self.token = token
         self.config = config
         self.url = ""
@@ -140,6 +61,8 @@ class Transport:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._session: aiohttp.ClientSession | None = None
         self._closing = False
+        self.incarnation = secrets.token_hex(8)
+        """Differs each time a node starts: a peer back under the same id is a new peer."""
 
     # -- the RemoteRouter side ------------------------------------------------------------
 
@@ -148,10 +71,10 @@ class Transport:
         node = address.partition("/")[0]
         link = await self._link_for(node)
         if reply is None:
-            await link.send(wire.encode("tell", to=address, sender=sender, body=msg, max_bytes=self.config.max_message_bytes))
+            await link.send(wire.encode("tell", to=address, sender=sender, body=msg, max_bytes=link.max_bytes))
             return
         id_ = next(self._ids)
-        frame = wire.encode("ask", to=address, sender=sender, id=id_, body=msg, max_bytes=self.config.max_message_bytes)
+        frame = wire.encode("ask", to=address, sender=sender, id=id_, body=msg, max_bytes=link.max_bytes)
         self._pending[id_] = (node, reply)
         self._pending_ids[reply] = id_
         try:
@@ -210,8 +133,6 @@ class Transport:
         link = self.links.get(node)
         if link is not None and link.is_up:
             return link
-        if node == self.node_id:
-            raise ActorDown(f"address names this node ({node}) but no local actor matched")
         url = self.known.get(node)
         if url is None:
             raise ActorDown(f"node {node!r} is not known to node {self.node_id!r} (no link, no URL)")
@@ -293,7 +214,7 @@ class Transport:
             await ws.send_bytes(self._hello())
             hello = await self._read_hello(ws)
         except (LinkError, ConnectionError) as exc:
-            await ws.close(code=WSCloseCode.PROTOCOL_ERROR, message=_close_message(str(exc)))
+            await ws.close(code=WSCloseCode.PROTOCOL_ERROR, message=close_message(str(exc)))
             raise LinkError(f"handshake with {url} failed: {exc}") from None
         link = self._add_link(ws, hello, outbound=True)
         if link.ws is ws:
@@ -312,7 +233,7 @@ class Transport:
             hello = await self._read_hello(ws)
         except LinkError as exc:
             log.warning("link_refused", peer=request.remote, reason=str(exc))
-            await ws.close(code=WSCloseCode.PROTOCOL_ERROR, message=_close_message(str(exc)))
+            await ws.close(code=WSCloseCode.PROTOCOL_ERROR, message=close_message(str(exc)))
             return ws
         await ws.send_bytes(self._hello())
         link = self._add_link(ws, hello, outbound=False)
@@ -322,7 +243,8 @@ class Transport:
 
     def _hello(self) -> bytes:
         known = {node: url for node, url in self.known.items() if node != self.node_id}
-        return wire.encode("hello", body={"node": self.node_id, "url": self.url, "known": known})
+        body = {"node": self.node_id, "url": self.url, "known": known, "incarnation": self.incarnation, "max_message_bytes": self.config.max_message_bytes}
+        return wire.encode("hello", body=body)
 
     async def _read_hello(self, ws: Any) -> dict[str, Any]:
         try:
@@ -350,9 +272,16 @@ class Transport:
     def _add_link(self, ws: Any, hello: dict[str, Any], outbound: bool) -> Link:
         peer: str = hello["node"]
         url = normalise_url(hello["url"]) if hello["url"] else ""
-        link = Link(ws, peer, url, outbound)
+        peer_max = hello.get("max_message_bytes")
+        max_bytes = min(self.config.max_message_bytes, peer_max if type(peer_max) is int and peer_max > 0 else self.config.max_message_bytes)
+        link = Link(ws, peer, url, outbound, str(hello.get("incarnation", "")), max_bytes)
         existing = self.links.get(peer)
-        if existing is not None and existing.is_up:
+        if existing is not None and existing.is_up and existing.incarnation != link.incarnation:
+            # The peer restarted before its old link was seen to drop (a half-open socket):
+            # its old actors are gone, so their watchers and askers must hear it.
+            self._link_lost(existing, "peer restarted")
+            self._spawn(existing.ws.close(code=WSCloseCode.GOING_AWAY, message=b"peer restarted"))
+        elif existing is not None and existing.is_up:
             if self._initiator(existing) == min(self.node_id, peer) != self._initiator(link):
                 self._spawn(ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"duplicate link"))
                 return existing
@@ -376,8 +305,9 @@ class Transport:
         changed = False
         for node, node_url in [(peer, url), *known.items()]:
             if isinstance(node, str) and isinstance(node_url, str) and node_url and node != self.node_id:
+                node_url = normalise_url(node_url)
                 if self.known.get(node) != node_url:
-                    self.known[node] = normalise_url(node_url)
+                    self.known[node] = node_url
                     changed = True
         return changed
 
@@ -386,41 +316,46 @@ class Transport:
     async def _serve(self, link: Link) -> None:
         ws = link.ws
         reason = "closed"
+        clean = False
         try:
             while True:
                 msg = await ws.receive()
                 if msg.type == WSMsgType.BINARY:
-                    link.frames_in += 1
-                    await self._on_frame(link, msg.data)
+                    for item in wire.decode_batch(msg.data, self.limits):
+                        link.frames_in += 1
+                        if isinstance(item, wire.Rejected):
+                            self._reject(link, item.error, item.id)
+                        elif item.kind != "tell" or not self._tell_nowait(link, item):
+                            await self._on_frame(link, item)
                 elif msg.type == WSMsgType.TEXT:
                     self._reject(link, WireError("text frames are not accepted: links carry binary msgpack frames"), None)
                 elif msg.type == WSMsgType.ERROR:
-                    reason = f"protocol error: {ws.exception()}"
-                    log.warning("frame_rejected", peer=link.peer, reason=reason)
+                    error = ws.exception()
+                    if isinstance(error, aiohttp.WebSocketError):  # e.g. over max_message_bytes: aiohttp closed the link
+                        reason = f"protocol error: {error}"
+                        log.warning("frame_rejected", peer=link.peer, reason=reason)
+                    else:
+                        reason = f"{type(error).__name__}: {error}" if error else "connection error"
                     break
                 else:
                     code = ws.close_code
                     extra = msg.extra if msg.type == WSMsgType.CLOSE and msg.extra else ""
                     reason = f"closed by peer ({code}{': ' + extra if extra else ''})" if msg.type == WSMsgType.CLOSE else "connection lost"
+                    clean = code == WSCloseCode.GOING_AWAY
                     break
         except asyncio.CancelledError:
             reason = "node stopping"
             raise
         finally:
             if not ws.closed:
-                await asyncio.shield(ws.close(code=WSCloseCode.GOING_AWAY, message=_close_message(reason)))
-            self._link_lost(link, reason)
+                await asyncio.shield(ws.close(code=WSCloseCode.GOING_AWAY, message=close_message(reason)))
+            self._link_lost(link, reason, clean)
 
     def _reject(self, link: Link, error: WireError, request_id: int | None) -> None:
         log.warning("frame_rejected", peer=link.peer, reason=str(error), id=request_id)
         link.post(wire.encode_error(error, request_id))
 
-    async def _on_frame(self, link: Link, data: bytes) -> None:
-        try:
-            env = wire.decode(data, self.limits)
-        except WireError as exc:
-            self._reject(link, exc, wire.peek_id(data))
-            return
+    async def _on_frame(self, link: Link, env: wire.Envelope) -> None:
         kind = env.kind
         if kind == "tell" or kind == "ask":
             await self._deliver(link, env)
@@ -453,22 +388,27 @@ class Transport:
         else:
             self._reject(link, WireError(f"unexpected {kind} frame on an open link"), None)
 
-    def _local_path(self, address: str) -> str:
+    def _check_local(self, address: str) -> None:
+        if not address.startswith(self._prefix) or len(address) == len(self._prefix):
+            raise ActorDown(f"{address!r} is not an actor address on node {self.node_id}: links do not forward")
+
+    def _tell_nowait(self, link: Link, env: wire.Envelope) -> bool:
+        """Deliver a tell without a coroutine (the common case); False when the mailbox is full."""
+        to: str = env.to  # type: ignore[assignment]
         try:
-            node, path = split_address(address)
-        except ValueError as exc:
-            raise WireError(str(exc)) from None
-        if node != self.node_id:
-            raise ActorDown(f"{address} is not on node {self.node_id}: links do not forward")
-        return path
+            self._check_local(to)
+            return self.system.deliver_nowait(to[len(self.node_id):], env.body, env.sender)
+        except ActorDown as exc:
+            log.info("message_dropped", peer=link.peer, to=to, type=env.type, reason=str(exc))
+            return True
 
     async def _deliver(self, link: Link, env: wire.Envelope) -> None:
         to: str = env.to  # type: ignore[assignment]
         if env.kind == "tell":
             try:
-                self._local_path(to)
+                self._check_local(to)
                 await self.system.deliver(to, env.body, None, env.sender)
-            except (ActorDown, WireError) as exc:
+            except ActorDown as exc:
                 log.info("message_dropped", peer=link.peer, to=to, type=env.type, reason=str(exc))
             return
         peer, id_ = link.peer, env.id
@@ -480,23 +420,24 @@ class Transport:
                 return
             answered = True
             unwatch()
+            current = self.links.get(peer)
+            if current is None:
+                return  # the asker's node is gone; it has failed this ask itself
             if error is None:
                 try:
-                    frame = wire.encode("reply", id=id_, body=result, max_bytes=self.config.max_message_bytes)
+                    frame = wire.encode("reply", id=id_, body=result, max_bytes=current.max_bytes)
                 except WireError as exc:
                     frame = wire.encode_error(WireError(f"{to} replied with a value that cannot be sent: {exc}"), id_)
             else:
                 frame = wire.encode_error(error, id_)
-            current = self.links.get(peer)
-            if current is not None:
-                current.post(frame)
+            current.post(frame)
 
         def unwatch() -> None:
             pass
 
         try:
-            self._local_path(to)
-        except (ActorDown, WireError) as exc:
+            self._check_local(to)
+        except ActorDown as exc:
             reply(None, exc)
             return
         # Answer ActorDown if the actor dies while handling this ask; `answered` keeps it to one reply.
@@ -513,18 +454,22 @@ class Transport:
                 current.post(wire.encode("down", sender=to, id=id_, body=reason))
 
         try:
-            self._local_path(to)  # type: ignore[arg-type]
-        except (ActorDown, WireError):
+            self._check_local(to)  # type: ignore[arg-type]
+        except ActorDown:
             notify("noproc")
             return
         self._served_watches[(peer, id_)] = self.system.watch_address(to, notify)  # type: ignore[arg-type, index]
 
-    def _link_lost(self, link: Link, reason: str) -> None:
+    def _link_lost(self, link: Link, reason: str, clean: bool = False) -> None:
+        """Forget the link; fail the peer's pending asks and watches. `clean`: the peer said it was going."""
         link.mark_closed(reason)
         if link.replaced or self.links.get(link.peer) is not link:
             return
         del self.links[link.peer]
-        log.warning("link_down", peer=link.peer, reason=reason)
+        if clean or self._closing:
+            log.info("link_down", peer=link.peer, reason=reason)
+        else:
+            log.warning("link_down", peer=link.peer, reason=reason)
         peer = link.peer
         for id_ in [i for i, (node, _) in self._pending.items() if node == peer]:
             reply = self._forget(id_)
@@ -568,16 +513,3 @@ class Transport:
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
-
-
-def normalise_url(url: str) -> str:
-    """`ws://host:port` for any of `ws://`, `http://` or bare `host:port`, without a trailing / or /ws."""
-    url = url.strip().rstrip("/")
-    url = url.removesuffix("/ws")
-    if url.startswith("http://"):
-        url = "ws://" + url[len("http://"):]
-    elif url.startswith("https://"):
-        url = "wss://" + url[len("https://"):]
-    elif "://" not in url:
-        url = "ws://" + url
-    return url

@@ -123,6 +123,7 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
     node.system.spawn(registry, REGISTRY_PATH)
     context = TreeContext(node.system, run_dir, node, hosts=registry)
     root = node.system.spawn(Supervisor(config.tree, context), ROOT_PATH)
+    started = asyncio.ensure_future(node.system.wait_started(root))
     ticker = asyncio.get_running_loop().create_task(_print_progress(agent, out))
     root_exit = asyncio.ensure_future(node.system.wait(root))
     deadline = asyncio.sleep(duration) if duration is not None else asyncio.Event().wait()
@@ -140,7 +141,11 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
         return 1
     out.write("stopping: children in reverse order...\n")
     out.flush()
-    await node.system.stop(root, _shutdown_timeout(config.tree))
+    if started.done():
+        await node.system.stop(root, _shutdown_timeout(config.tree))
+    else:
+        node.system.kill(root)  # still starting (waiting for a host, say): cut the start short
+        await root_exit
     await _stop_node(node)
     out.write("stopped cleanly\n")
     return 0

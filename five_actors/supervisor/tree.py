@@ -102,11 +102,15 @@ class Supervisor(Actor):
         self.log = log.bind(actor=self.ref.path)
         # If this supervisor dies without on_stop (crash, kill), its children must not outlive it.
         self.system.watch_address(self.ref.address, self._kill_orphans)
-        for child in self.children:
-            reason = await self._start(child)
-            if reason is not None:
-                await self._stop_all()
-                raise SupervisorError(f"child {child.spec.id!r} failed to start: {reason}")
+        try:
+            for child in self.children:
+                reason = await self._start(child)
+                if reason is not None:
+                    await self._stop_all()
+                    raise SupervisorError(f"child {child.spec.id!r} failed to start: {reason}")
+        except asyncio.CancelledError:
+            await self._stop_all()  # killed while starting (a host that never joined): stop what did start
+            raise
 
     async def on_stop(self) -> None:
         try:

@@ -136,3 +136,23 @@ def test_a_bad_config_is_refused_before_anything_starts(tmp_path: Path) -> None:
     assert proc.proc.wait(60) == 2
     assert "tree.children[0].actor" in proc.err and "NoSuchActor" in proc.err
     assert not (tmp_path / "run").exists()
+
+
+def test_children_exit_when_the_head_is_killed(tmp_path: Path) -> None:
+    proc = Proc(["up", "--config", "conf/pingpong.toml", "--run-dir", str(tmp_path / "run"), "--port", "0"], tmp_path, "up")
+    try:
+        head = Head(proc, tmp_path / "run")
+        pinger_pid = wait_until(lambda: actor(head.view(), "/root/pinger")["pid"], what="the pinger's pid")
+        proc.proc.kill()
+        proc.proc.wait()
+    finally:
+        proc.kill()
+
+    def gone() -> bool:
+        try:
+            os.kill(pinger_pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    wait_until(gone, what="the orphaned pinger process to exit")

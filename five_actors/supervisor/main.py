@@ -113,7 +113,10 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
     run_dir.mkdir(parents=True, exist_ok=True)
     token = write_token(run_dir)
     configure_logging(HEAD_NODE, run_dir / "logs")
-    node_config = dataclasses.replace(config.node, **{k: v for k, v in (("host", host), ("port", port)) if v is not None})
+    try:
+        node_config = dataclasses.replace(config.node, **{k: v for k, v in (("host", host), ("port", port)) if v is not None})
+    except ValueError as exc:
+        raise ConfigError(f"--host/--port: {exc}") from None
     out.write(f"run dir: {run_dir}\n")
     registry = HostRegistry()
     node, agent, shutdown = await _start_node(HEAD_NODE, token, node_config, NodeAgent)
@@ -137,7 +140,7 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
         await _stop_node(node)
         if reason in NORMAL_EXITS:
             return 0
-        sys.stderr.write(f"five-actors: the root supervisor gave up: {reason}\n")
+        sys.stderr.write(f"five-actors: the root supervisor exited abnormally: {reason}\n")
         return 1
     out.write("stopping: children in reverse order...\n")
     out.flush()

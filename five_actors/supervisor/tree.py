@@ -283,7 +283,8 @@ class Supervisor(Actor):
         self.log.error("supervisor_gave_up", child=child.spec.id, reason=reason, restarts=restarts)
         await self._stop_all()
         error = SupervisorError(
-            f"gave up after {restarts} restarts in {self.spec.max_seconds:g}s: child {child.spec.id!r} exited with {reason}"
+            f"gave up (more than max_restarts={self.spec.max_restarts} within {self.spec.max_seconds:g}s): "
+            f"child {child.spec.id!r} exited with {reason}"
         )
         # A FiveActorsError raised in a handler only refuses one request; raised in an owned task it
         # crashes this actor, which is what giving up means.

@@ -125,7 +125,7 @@ args = { after = 0.1 }
         assert proc.proc.wait(120) == 1
     finally:
         proc.kill()
-    assert "root supervisor gave up" in proc.err
+    assert "root supervisor exited abnormally: SupervisorError: gave up" in proc.err
     assert "child 'crasher'" in proc.err and "ZeroDivisionError: crasher divided by zero" in proc.err
 
 

@@ -35,7 +35,8 @@ class Head:
 def pingpong(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
     where = tmp_path_factory.mktemp("pingpong")
     run_dir = where / "run"
-    proc = Proc(["up", "--config", "conf/pingpong.toml", "--run-dir", str(run_dir), "--port", "0"], where, "up")
+    args = ["up", "--config", "conf/pingpong.toml", "--run-dir", str(run_dir), "--port", "0", "--set", "node.heartbeat_s=1.0"]
+    proc = Proc(args, where, "up")
     try:
         yield Head(proc, run_dir)
     finally:
@@ -85,6 +86,18 @@ def test_kill_9_of_the_process_child_restarts_it(pingpong: Head) -> None:
     )
     row = next(line for line in summary.stdout.splitlines() if line.startswith("/root/pinger "))
     assert "killed by SIGKILL" in row
+
+
+def test_a_hung_process_child_is_killed_when_its_link_is_lost_and_restarted(pingpong: Head) -> None:
+    before = wait_until(lambda: (a := actor(pingpong.view(), "/root/pinger"))["state"] == "running" and a, what="pinger up")
+    os.kill(before["pid"], signal.SIGSTOP)  # alive but silent: only the link's heartbeat can tell
+    after = wait_until(
+        lambda: (a := actor(pingpong.view(), "/root/pinger"))["restarts"] == before["restarts"] + 1 and a["state"] == "running" and a,
+        what="the hung pinger replaced",
+    )
+    assert after["last_error"] == "link_lost" and after["pid"] != before["pid"]
+    with pytest.raises(ProcessLookupError):
+        os.kill(before["pid"], 0)
 
 
 def test_health_command_prints_the_tree(pingpong: Head) -> None:

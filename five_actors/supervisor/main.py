@@ -34,7 +34,7 @@ from five_actors.supervisor.child import TreeContext
 from five_actors.supervisor.config import ChildSpec, SupervisorSpec, check_importable, import_class
 from five_actors.supervisor.hosts import REGISTRY_PATH, HostAgent, HostRegistry
 from five_actors.supervisor.processes import TOKEN_ENV, report
-from five_actors.supervisor.progress import progress_line
+from five_actors.supervisor.progress import ProgressLine
 from five_actors.supervisor.tree import Supervisor
 
 log = structlog.get_logger("five_actors.supervisor")
@@ -157,6 +157,7 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
 async def _print_progress(agent: NodeAgent, out: TextIO) -> None:
     started = time.monotonic()
     live = out.isatty()
+    progress_line = ProgressLine()
     while True:
         await asyncio.sleep(1.0)
         with contextlib.suppress(FiveActorsError):

@@ -19,6 +19,7 @@ import itertools
 import random
 import secrets
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -283,6 +284,7 @@ class Transport:
             self._spawn(existing.ws.close(code=WSCloseCode.GOING_AWAY, message=b"peer restarted"))
         elif existing is not None and existing.is_up:
             if self._initiator(existing) == min(self.node_id, peer) != self._initiator(link):
+                link.mark_closed("duplicate link")
                 self._spawn(ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"duplicate link"))
                 return existing
             existing.replaced = True
@@ -346,6 +348,9 @@ class Transport:
         except asyncio.CancelledError:
             reason = "node stopping"
             raise
+        except Exception as exc:  # noqa: BLE001 - a bug here must drop this link, not the node
+            reason = f"internal error: {type(exc).__name__}: {exc}"
+            log.error("link_crashed", peer=link.peer, reason=reason, traceback=traceback.format_exc())
         finally:
             if not ws.closed:
                 await asyncio.shield(ws.close(code=WSCloseCode.GOING_AWAY, message=close_message(reason)))

@@ -32,6 +32,8 @@ def test_message_with_arrays_round_trips_and_arrays_view_the_frame() -> None:
         np.zeros((0, 5), dtype=np.int64),
         np.arange(6, dtype=np.uint8)[::2],  # not contiguous: sent as a contiguous copy
         np.array(3.5 + 1j, dtype=np.complex128),
+        np.arange(5, dtype=">f4"),  # big-endian: the dtype string keeps the byte order
+        np.arange(6, dtype=np.float16).reshape(2, 3).T,
     ]
     frame = wire.encode("ask", to="n/echo", sender="m/me", id=7, body=Shapes((3, 4), arrays))
     env = wire.decode(frame)

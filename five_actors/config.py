@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from five_actors.errors import ConfigError
+from five_actors.game.config import GameConfig
 
 T = TypeVar("T")
 
@@ -156,6 +157,8 @@ class Config:
 
     name: str = "custom"
     """The config's name, used in the run directory's name."""
+    game: GameConfig = dataclasses.field(default_factory=GameConfig)
+    """The lane game (five_actors.game)."""
 
 
 def load_config(name: str | Path, overrides: typing.Sequence[str] = ()) -> Config:

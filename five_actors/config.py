@@ -19,6 +19,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 
 from five_actors.errors import ConfigError
 from five_actors.game.config import GameConfig
+from five_actors.runtime.config import NodeConfig
 
 T = TypeVar("T")
 
@@ -159,6 +160,8 @@ class Config:
     """The config's name, used in the run directory's name."""
     game: GameConfig = dataclasses.field(default_factory=GameConfig)
     """The lane game (five_actors.game)."""
+    node: NodeConfig = dataclasses.field(default_factory=NodeConfig)
+    """This process's node: listen address, link limits, heartbeat, reconnect backoff."""
 
 
 def load_config(name: str | Path, overrides: typing.Sequence[str] = ()) -> Config:

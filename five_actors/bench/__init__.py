@@ -4,5 +4,7 @@ Each benchmark is a module here with `add_arguments(parser)` and `run(args) -> d
 command prints the dict as one JSON object.
 """
 
-BENCHMARKS: dict[str, str] = {}
+BENCHMARKS: dict[str, str] = {
+    "transport": "five_actors.bench.transport",
+}
 """Benchmark name -> module path."""

@@ -65,9 +65,16 @@ Reply = Callable[[Any, BaseException | None], None]
 
 
 class RemoteRouter(Protocol):
-    """What a node provides so that refs to other nodes' actors work like local ones."""
+    """What a node provides so that refs to other nodes' actors work like local ones.
+
+    `send` with a `reply` must call it exactly once: with the answer, the remote error, or
+    ActorDown when the link is lost (so an ask to a remote actor needs no death watch), unless
+    `cancel(reply)` is called first because the asker stopped waiting.
+    """
 
     async def send(self, address: str, msg: Any, reply: Reply | None, sender: str | None) -> None: ...
+
+    def cancel(self, reply: Reply) -> None: ...
 
     def watch(self, address: str, callback: Callable[[str], None]) -> Callable[[], None]: ...
 
@@ -180,8 +187,16 @@ class _Cell:
         self.messages_out = 0
         self.stop_reason = "shutdown"
         self.tasks: set[asyncio.Task[Any]] = set()
-        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"actor:{path}")
         self.done = asyncio.get_running_loop().create_future()
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"actor:{path}")
+        self.task.add_done_callback(self._task_finished)
+
+    def _task_finished(self, task: asyncio.Task[Any]) -> None:
+        # A task cancelled before its first step never runs `_run`, so its exit is recorded here.
+        if not self.done.done():
+            self.state = "crashed"
+            log.warning("actor_killed", actor=self.path)
+            self.system._exited(self, "killed", None)
 
     def spawn_task(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro, name=name or f"{self.path}:task")
@@ -385,14 +400,20 @@ class ActorSystem:
             if not future.done():
                 future.set_exception(error) if error is not None else future.set_result(result)
 
-        unwatch = self.watch_address(address, lambda reason: reply(None, ActorDown(f"{address} is down ({reason})")))
+        remote = self.remote if split_address(address)[0] != self.node_id else None
+        # A local ask watches its target so it fails at once when the actor dies mid-request;
+        # a remote one relies on the router, which always answers (ActorDown on a lost link).
+        unwatch = None if remote else self.watch_address(address, lambda reason: reply(None, ActorDown(f"{address} is down ({reason})")))
         try:
             await self.deliver(address, msg, reply)
             return await asyncio.wait_for(future, timeout)
         except asyncio.TimeoutError:
             raise AskTimeout(f"no reply from {address} to {type(msg).__name__} within {timeout:g}s") from None
         finally:
-            unwatch()
+            if unwatch is not None:
+                unwatch()
+            elif remote is not None and not future.done():
+                remote.cancel(reply)
 
     # -- death watch ----------------------------------------------------------------------
 

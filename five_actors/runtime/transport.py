@@ -1,0 +1,620 @@
+"""Links between nodes: websockets carrying wire frames, and the router that uses them.
+
+A link is opened by GET /ws with `Authorization: Bearer TOKEN`; a wrong or missing token gets
+401 before any websocket exists. Then the connecting side sends a hello (its node id, listen
+URL and the nodes it knows) and the accepting side answers with its own. After that both
+sides read frames until the link closes; a lost link fails the peer's pending asks with
+ActorDown and delivers "link_lost" to everyone watching the peer's actors. An outbound link
+opened with `connect` is kept: when it drops it is reopened with jittered exponential
+backoff. A node sends to a node it knows of but has no link to by connecting on demand.
+
+At most one link per pair of nodes is kept: when both connect at once, the link opened by the
+node with the smaller id wins on both sides, so neither fires a spurious `link_lost`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import itertools
+import random
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import structlog
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from five_actors.errors import ActorDown, LinkError, TokenRefused, WireError
+from five_actors.runtime import wire
+from five_actors.runtime.actor import ActorSystem, Reply, split_address
+from five_actors.runtime.config import NodeConfig
+
+log = structlog.get_logger("five_actors.runtime")
+
+
+def bearer_token(request: web.Request) -> str | None:
+    """The token of an `Authorization: Bearer TOKEN` header, if there is one."""
+    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+def token_matches(request: web.Request, token: str) -> bool:
+    """Whether the request carries `token` (compared in constant time)."""
+    given = bearer_token(request)
+    return given is not None and hmac.compare_digest(given.encode(), token.encode())
+
+
+def _close_message(reason: str) -> bytes:
+    # A close frame's payload is at most 125 bytes, two of them the code.
+    return reason.encode()[:120]
+
+
+class Link:
+    """One open websocket to a peer node, with its counters and its send batch.
+
+    Frames queued in one turn of the event loop go out as one websocket message (fewer
+    syscalls and frame headers); a sender waits while the batch is full and the socket is
+    slow to drain, which is the link's backpressure.
+    """
+
+    BATCH_FRAMES = 256
+    """Most frames in one websocket message."""
+    BATCH_BYTES = 256 * 1024
+    """Frames above this size are sent alone, and a batch stops growing at it."""
+
+    def __init__(self, ws: web.WebSocketResponse | aiohttp.ClientWebSocketResponse, peer: str, url: str, outbound: bool) -> None:
+        self.ws = ws
+        self.peer = peer
+        self.url = url
+        self.outbound = outbound
+        self.since = time.time()
+        self.frames_in = 0
+        self.frames_out = 0
+        self.closed = asyncio.get_running_loop().create_future()
+        """Resolves with the reason when the link is gone."""
+        self.replaced = False
+        self._batch: list[bytes] = []
+        self._batch_bytes = 0
+        self._room = asyncio.Event()
+        self._room.set()
+        self._writer: asyncio.Task[None] | None = None
+
+    @property
+    def is_up(self) -> bool:
+        return not self.closed.done()
+
+    async def send(self, frame: bytes) -> None:
+        """Queue one frame for the writer, waiting while the batch is full (backpressure)."""
+        if self.closed.done():
+            raise ActorDown(f"link to node {self.peer} is down ({self.closed.result()})")
+        self.post(frame)
+        if not self._room.is_set():
+            await self._room.wait()
+        if self.closed.done():
+            raise ActorDown(f"link to node {self.peer} is down ({self.closed.result()})")
+
+    def post(self, frame: bytes) -> None:
+        """Queue one frame without waiting (for synchronous callers such as reply callbacks).
+
+        On a closed link the frame is dropped: the peer fails its own pending asks and watches
+        when it sees the link go.
+        """
+        if self.closed.done():
+            return
+        self.frames_out += 1
+        self._batch.append(frame)
+        self._batch_bytes += len(frame)
+        if len(self._batch) >= self.BATCH_FRAMES or self._batch_bytes >= self.BATCH_BYTES:
+            self._room.clear()
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._write(), name=f"link:{self.peer}:writer")
+
+    async def _write(self) -> None:
+        try:
+            while self._batch and not self.closed.done():
+                batch, self._batch, self._batch_bytes = self._batch, [], 0
+                self._room.set()
+                small: list[bytes] = []
+                for frame in batch:
+                    if len(frame) >= self.BATCH_BYTES:
+                        if small:
+                            await self.ws.send_bytes(b"".join(small))
+                            small = []
+                        await self.ws.send_bytes(frame)
+                    else:
+                        small.append(frame)
+                if small:
+                    await self.ws.send_bytes(b"".join(small) if len(small) > 1 else small[0])
+        except (ConnectionError, RuntimeError) as exc:
+            # The reader sees the same loss and runs the link-lost handling; drop what is queued.
+            self.mark_closed(f"send failed: {exc}")
+        finally:
+            self._writer = None
+
+    def mark_closed(self, reason: str) -> None:
+        if not self.closed.done():
+            self.closed.set_result(reason)
+        self._batch.clear()
+        self._room.set()
+
+    def info(self) -> dict[str, Any]:
+        """What /actors shows about this link."""
+        return {
+            "peer": self.peer,
+            "url": self.url,
+            "state": "up" if self.is_up else "down",
+            "direction": "outbound" if self.outbound else "inbound",
+            "since": self.since,
+            "frames_in": self.frames_in,
+            "frames_out": self.frames_out,
+        }
+
+
+class Transport:
+    """The links of one node and the RemoteRouter that sends over them."""
+
+    def __init__(self, system: ActorSystem, token: str, config: NodeConfig) -> None:
+        self.system = system
+        self.node_id = system.node_id
+        self.token = token
+        self.config = config
+        self.url = ""
+        """This node's listen URL (set by the node once its server is up)."""
+        self.limits = wire.WireLimits(config.max_message_bytes, config.max_arrays_per_message, config.max_nesting_depth)
+        self.links: dict[str, Link] = {}
+        self.known: dict[str, str] = {}
+        """Node id -> listen URL of every node this one has heard of."""
+        self._ids = itertools.count(1)
+        self._pending: dict[int, tuple[str, Reply]] = {}
+        self._pending_ids: dict[Reply, int] = {}
+        self._watches: dict[int, tuple[str, str, Callable[[str], None]]] = {}
+        self._served_watches: dict[tuple[str, int], Callable[[], None]] = {}
+        self._connecting: dict[str, asyncio.Task[Link]] = {}
+        self._keepers: dict[str, asyncio.Task[None]] = {}
+        self._keeper_state: dict[str, dict[str, Any]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._session: aiohttp.ClientSession | None = None
+        self._closing = False
+
+    # -- the RemoteRouter side ------------------------------------------------------------
+
+    async def send(self, address: str, msg: Any, reply: Reply | None, sender: str | None) -> None:
+        """Send a tell (reply None) or an ask to an actor on another node."""
+        node = address.partition("/")[0]
+        link = await self._link_for(node)
+        if reply is None:
+            await link.send(wire.encode("tell", to=address, sender=sender, body=msg, max_bytes=self.config.max_message_bytes))
+            return
+        id_ = next(self._ids)
+        frame = wire.encode("ask", to=address, sender=sender, id=id_, body=msg, max_bytes=self.config.max_message_bytes)
+        self._pending[id_] = (node, reply)
+        self._pending_ids[reply] = id_
+        try:
+            await link.send(frame)
+        except ActorDown:
+            self._forget(id_)
+            raise
+
+    def cancel(self, reply: Reply) -> None:
+        """The asker stopped waiting: drop its pending entry."""
+        id_ = self._pending_ids.get(reply)
+        if id_ is not None:
+            self._forget(id_)
+
+    def _forget(self, id_: int) -> Reply | None:
+        entry = self._pending.pop(id_, None)
+        if entry is None:
+            return None
+        self._pending_ids.pop(entry[1], None)
+        return entry[1]
+
+    def watch(self, address: str, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call `callback(reason)` once when the remote actor exits or its link is lost."""
+        node = split_address(address)[0]
+        id_ = next(self._ids)
+        self._watches[id_] = (node, address, callback)
+        frame = wire.encode("watch", to=address, id=id_)
+        link = self.links.get(node)
+        if link is not None and link.is_up:
+            link.post(frame)
+        else:
+            self._spawn(self._watch_via_new_link(node, id_, frame))
+
+        def unwatch() -> None:
+            if self._watches.pop(id_, None) is not None:
+                current = self.links.get(node)
+                if current is not None:
+                    current.post(wire.encode("unwatch", to=address, id=id_))
+
+        return unwatch
+
+    async def _watch_via_new_link(self, node: str, id_: int, frame: bytes) -> None:
+        try:
+            link = await self._link_for(node)
+        except ActorDown:
+            self._fire_watch(id_, "link_lost")
+            return
+        link.post(frame)
+
+    def _fire_watch(self, id_: int, reason: str) -> None:
+        entry = self._watches.pop(id_, None)
+        if entry is not None:
+            entry[2](reason)
+
+    async def _link_for(self, node: str) -> Link:
+        link = self.links.get(node)
+        if link is not None and link.is_up:
+            return link
+        if node == self.node_id:
+            raise ActorDown(f"address names this node ({node}) but no local actor matched")
+        url = self.known.get(node)
+        if url is None:
+            raise ActorDown(f"node {node!r} is not known to node {self.node_id!r} (no link, no URL)")
+        state = self._keeper_state.get(url)
+        if state is not None and state["state"] == "reconnecting":
+            raise ActorDown(f"node {node!r} is unreachable: its link is down and reconnecting ({state['reason']})")
+        try:
+            return await self.connect(url)
+        except (LinkError, OSError, asyncio.TimeoutError) as exc:
+            raise ActorDown(f"node {node!r} at {url} is unreachable: {exc}") from None
+
+    # -- opening links --------------------------------------------------------------------
+
+    async def connect(self, url: str) -> Link:
+        """Open (or reuse) a link to the node listening at `url`; one attempt, no retries."""
+        url = normalise_url(url)
+        for link in self.links.values():
+            if link.url == url and link.is_up:
+                return link
+        task = self._connecting.get(url)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._open(url), name=f"link:connect:{url}")
+            self._connecting[url] = task
+            task.add_done_callback(lambda _: self._connecting.pop(url, None))
+        return await asyncio.shield(task)
+
+    async def keep(self, url: str) -> Link:
+        """Connect to `url` now and reconnect with backoff whenever that link drops."""
+        url = normalise_url(url)
+        link = await self.connect(url)
+        if url not in self._keepers:
+            self._keeper_state[url] = {"state": "up", "reason": "", "since": time.time(), "peer": link.peer}
+            self._keepers[url] = self._spawn(self._keep(url, link))
+        return link
+
+    async def _keep(self, url: str, link: Link) -> None:
+        state = self._keeper_state[url]
+        while not self._closing:
+            current = self.links.get(link.peer)
+            if current is not None and current.is_up:
+                link = current
+                await asyncio.shield(link.closed)
+                continue
+            state.update(state="reconnecting", reason=link.closed.result() if link.closed.done() else "no link", since=time.time())
+            delay = self.config.reconnect_min_s
+            while not self._closing:
+                # Full jitter in [delay/2, delay]: peers that lost the same node do not retry in step.
+                await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+                try:
+                    link = await self.connect(url)
+                    break
+                except (LinkError, OSError, asyncio.TimeoutError) as exc:
+                    state["reason"] = str(exc) or type(exc).__name__
+                    delay = min(delay * 2, self.config.reconnect_max_s)
+            state.update(state="up", reason="", since=time.time(), peer=link.peer)
+
+    async def _open(self, url: str) -> Link:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        try:
+            ws = await asyncio.wait_for(
+                self._session.ws_connect(
+                    f"{url}/ws",
+                    headers={"Authorization": f"Bearer {self.token}"},
+                    heartbeat=self.config.heartbeat_s,
+                    max_msg_size=self.config.max_message_bytes,
+                    compress=0,
+                    autoping=True,
+                ),
+                self.config.connect_timeout_s,
+            )
+        except aiohttp.WSServerHandshakeError as exc:
+            if exc.status == 401:
+                raise TokenRefused(f"node at {url} refused the cluster token (401)") from None
+            raise LinkError(f"websocket handshake with {url} failed: {exc.status} {exc.message}") from None
+        except aiohttp.ClientError as exc:
+            raise LinkError(f"cannot reach node at {url}: {exc}") from None
+        try:
+            await ws.send_bytes(self._hello())
+            hello = await self._read_hello(ws)
+        except (LinkError, ConnectionError) as exc:
+            await ws.close(code=WSCloseCode.PROTOCOL_ERROR, message=_close_message(str(exc)))
+            raise LinkError(f"handshake with {url} failed: {exc}") from None
+        link = self._add_link(ws, hello, outbound=True)
+        if link.ws is ws:
+            self._spawn(self._serve(link))
+        return link
+
+    async def handle_ws(self, request: web.Request) -> web.StreamResponse:
+        """GET /ws: check the token, exchange hellos, then serve the link until it closes."""
+        if not token_matches(request, self.token):
+            reason = "missing token" if bearer_token(request) is None else "wrong token"
+            log.warning("link_refused", peer=request.remote, reason=reason)
+            return web.json_response({"error": "unauthorized", "message": f"{reason}: /ws needs 'Authorization: Bearer TOKEN' with the cluster token"}, status=401)
+        ws = web.WebSocketResponse(heartbeat=self.config.heartbeat_s, max_msg_size=self.config.max_message_bytes, compress=False)
+        await ws.prepare(request)
+        try:
+            hello = await self._read_hello(ws)
+        except LinkError as exc:
+            log.warning("link_refused", peer=request.remote, reason=str(exc))
+            await ws.close(code=WSCloseCode.PROTOCOL_ERROR, message=_close_message(str(exc)))
+            return ws
+        await ws.send_bytes(self._hello())
+        link = self._add_link(ws, hello, outbound=False)
+        if link.ws is ws:
+            await self._serve(link)
+        return ws
+
+    def _hello(self) -> bytes:
+        known = {node: url for node, url in self.known.items() if node != self.node_id}
+        return wire.encode("hello", body={"node": self.node_id, "url": self.url, "known": known})
+
+    async def _read_hello(self, ws: Any) -> dict[str, Any]:
+        try:
+            msg = await ws.receive(timeout=self.config.connect_timeout_s)
+        except asyncio.TimeoutError:
+            raise LinkError(f"no hello within {self.config.connect_timeout_s:g}s") from None
+        if msg.type != WSMsgType.BINARY:
+            raise LinkError(f"expected a binary hello frame, got {msg.type.name}")
+        try:
+            env = wire.decode(msg.data, self.limits)
+        except WireError as exc:
+            raise LinkError(f"bad hello frame: {exc}") from None
+        body = env.body
+        if env.kind != "hello" or not isinstance(body, dict):
+            raise LinkError(f"expected a hello frame first, got {env.kind!r}")
+        node, url, known = body.get("node"), body.get("url"), body.get("known", {})
+        if not isinstance(node, str) or not node or "/" in node:
+            raise LinkError(f"hello must name the peer's node id (a non-empty string without '/'), got {node!r}")
+        if node == self.node_id:
+            raise LinkError(f"peer claims this node's own id {node!r}")
+        if not isinstance(url, str) or not isinstance(known, dict):
+            raise LinkError("hello 'url' must be a string and 'known' a map of node id to URL")
+        return body
+
+    def _add_link(self, ws: Any, hello: dict[str, Any], outbound: bool) -> Link:
+        peer: str = hello["node"]
+        url = normalise_url(hello["url"]) if hello["url"] else ""
+        link = Link(ws, peer, url, outbound)
+        existing = self.links.get(peer)
+        if existing is not None and existing.is_up:
+            if self._initiator(existing) == min(self.node_id, peer) != self._initiator(link):
+                self._spawn(ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"duplicate link"))
+                return existing
+            existing.replaced = True
+            existing.mark_closed("replaced by a newer link")
+            self._spawn(existing.ws.close(code=WSCloseCode.GOING_AWAY, message=b"replaced by a newer link"))
+        self.links[peer] = link
+        new_nodes = self._learn(peer, url, hello.get("known", {}))
+        log.info("link_up", peer=peer, url=url, direction="outbound" if outbound else "inbound")
+        if new_nodes:
+            for other in self.links.values():
+                if other is not link:
+                    other.post(self._hello())
+        return link
+
+    def _initiator(self, link: Link) -> str:
+        return self.node_id if link.outbound else link.peer
+
+    def _learn(self, peer: str, url: str, known: dict[Any, Any]) -> bool:
+        """Merge a hello's URLs; True when this node learned a node or URL it did not know."""
+        changed = False
+        for node, node_url in [(peer, url), *known.items()]:
+            if isinstance(node, str) and isinstance(node_url, str) and node_url and node != self.node_id:
+                if self.known.get(node) != node_url:
+                    self.known[node] = normalise_url(node_url)
+                    changed = True
+        return changed
+
+    # -- serving a link -------------------------------------------------------------------
+
+    async def _serve(self, link: Link) -> None:
+        ws = link.ws
+        reason = "closed"
+        try:
+            while True:
+                msg = await ws.receive()
+                if msg.type == WSMsgType.BINARY:
+                    for item in wire.decode_batch(msg.data, self.limits):
+                        link.frames_in += 1
+                        if isinstance(item, wire.Rejected):
+                            self._reject(link, item.error, item.id)
+                        else:
+                            await self._on_frame(link, item)
+                elif msg.type == WSMsgType.TEXT:
+                    self._reject(link, WireError("text frames are not accepted: links carry binary msgpack frames"), None)
+                elif msg.type == WSMsgType.ERROR:
+                    reason = f"protocol error: {ws.exception()}"
+                    log.warning("frame_rejected", peer=link.peer, reason=reason)
+                    break
+                else:
+                    code = ws.close_code
+                    extra = msg.extra if msg.type == WSMsgType.CLOSE and msg.extra else ""
+                    reason = f"closed by peer ({code}{': ' + extra if extra else ''})" if msg.type == WSMsgType.CLOSE else "connection lost"
+                    break
+        except asyncio.CancelledError:
+            reason = "node stopping"
+            raise
+        finally:
+            if not ws.closed:
+                await asyncio.shield(ws.close(code=WSCloseCode.GOING_AWAY, message=_close_message(reason)))
+            self._link_lost(link, reason)
+
+    def _reject(self, link: Link, error: WireError, request_id: int | None) -> None:
+        log.warning("frame_rejected", peer=link.peer, reason=str(error), id=request_id)
+        link.post(wire.encode_error(error, request_id))
+
+    async def _on_frame(self, link: Link, env: wire.Envelope) -> None:
+        kind = env.kind
+        if kind == "tell" or kind == "ask":
+            await self._deliver(link, env)
+        elif kind == "reply":
+            reply = self._forget(env.id)  # type: ignore[arg-type]
+            if reply is not None:
+                reply(env.body, None)
+        elif kind == "error":
+            reply = self._forget(env.id) if env.id is not None else None
+            try:
+                error = wire.decode_error(env.body)
+            except WireError as exc:
+                self._reject(link, exc, None)
+                return
+            if reply is not None:
+                reply(None, error)
+            else:
+                log.warning("frame_refused_by_peer", peer=link.peer, reason=str(error))
+        elif kind == "watch":
+            self._serve_watch(link, env)
+        elif kind == "unwatch":
+            unwatch = self._served_watches.pop((link.peer, env.id), None)  # type: ignore[arg-type]
+            if unwatch is not None:
+                unwatch()
+        elif kind == "down":
+            self._fire_watch(env.id, env.body if isinstance(env.body, str) else "unknown")  # type: ignore[arg-type]
+        elif kind == "hello" and isinstance(env.body, dict) and env.body.get("node") == link.peer:
+            known = env.body.get("known")
+            self._learn(link.peer, link.url, known if isinstance(known, dict) else {})
+        else:
+            self._reject(link, WireError(f"unexpected {kind} frame on an open link"), None)
+
+    def _local_path(self, address: str) -> str:
+        try:
+            node, path = split_address(address)
+        except ValueError as exc:
+            raise WireError(str(exc)) from None
+        if node != self.node_id:
+            raise ActorDown(f"{address} is not on node {self.node_id}: links do not forward")
+        return path
+
+    async def _deliver(self, link: Link, env: wire.Envelope) -> None:
+        to: str = env.to  # type: ignore[assignment]
+        if env.kind == "tell":
+            try:
+                self._local_path(to)
+                await self.system.deliver(to, env.body, None, env.sender)
+            except (ActorDown, WireError) as exc:
+                log.info("message_dropped", peer=link.peer, to=to, type=env.type, reason=str(exc))
+            return
+        peer, id_ = link.peer, env.id
+        answered = False
+
+        def reply(result: Any, error: BaseException | None) -> None:
+            nonlocal answered
+            if answered:
+                return
+            answered = True
+            unwatch()
+            if error is None:
+                try:
+                    frame = wire.encode("reply", id=id_, body=result, max_bytes=self.config.max_message_bytes)
+                except WireError as exc:
+                    frame = wire.encode_error(WireError(f"{to} replied with a value that cannot be sent: {exc}"), id_)
+            else:
+                frame = wire.encode_error(error, id_)
+            current = self.links.get(peer)
+            if current is not None:
+                current.post(frame)
+
+        def unwatch() -> None:
+            pass
+
+        try:
+            self._local_path(to)
+        except (ActorDown, WireError) as exc:
+            reply(None, exc)
+            return
+        # Answer ActorDown if the actor dies while handling this ask; `answered` keeps it to one reply.
+        unwatch = self.system.watch_address(to, lambda reason: reply(None, ActorDown(f"{to} is down ({reason})")))
+        await self.system.deliver(to, env.body, reply, env.sender)
+
+    def _serve_watch(self, link: Link, env: wire.Envelope) -> None:
+        peer, id_, to = link.peer, env.id, env.to
+
+        def notify(reason: str) -> None:
+            self._served_watches.pop((peer, id_), None)  # type: ignore[arg-type]
+            current = self.links.get(peer)
+            if current is not None:
+                current.post(wire.encode("down", sender=to, id=id_, body=reason))
+
+        try:
+            self._local_path(to)  # type: ignore[arg-type]
+        except (ActorDown, WireError):
+            notify("noproc")
+            return
+        self._served_watches[(peer, id_)] = self.system.watch_address(to, notify)  # type: ignore[arg-type, index]
+
+    def _link_lost(self, link: Link, reason: str) -> None:
+        link.mark_closed(reason)
+        if link.replaced or self.links.get(link.peer) is not link:
+            return
+        del self.links[link.peer]
+        log.warning("link_down", peer=link.peer, reason=reason)
+        peer = link.peer
+        for id_ in [i for i, (node, _) in self._pending.items() if node == peer]:
+            reply = self._forget(id_)
+            if reply is not None:
+                reply(None, ActorDown(f"link to node {peer} lost ({reason})"))
+        for id_ in [i for i, (node, _, _) in self._watches.items() if node == peer]:
+            self._fire_watch(id_, "link_lost")
+        for key in [k for k in self._served_watches if k[0] == peer]:
+            self._served_watches.pop(key)()
+
+    # -- introspection and shutdown -------------------------------------------------------
+
+    def link_info(self) -> list[dict[str, Any]]:
+        """Every link (and every kept link that is reconnecting), for /actors."""
+        rows = [link.info() for link in self.links.values()]
+        up_urls = {link.url for link in self.links.values()}
+        for url, state in self._keeper_state.items():
+            if state["state"] != "up" and url not in up_urls:
+                rows.append({"peer": state["peer"], "url": url, "state": state["state"], "direction": "outbound",
+                             "since": state["since"], "frames_in": 0, "frames_out": 0, "reason": state["reason"]})
+        return rows
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def close(self) -> None:
+        """Close every link (peers see "node stopping") and stop reconnecting."""
+        self._closing = True
+        for task in self._keepers.values():
+            task.cancel()
+        for link in list(self.links.values()):
+            self._link_lost(link, "node stopping")
+            if not link.ws.closed:
+                await link.ws.close(code=WSCloseCode.GOING_AWAY, message=b"node stopping")
+        tasks = [t for t in self._tasks if not t.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
+
+
+def normalise_url(url: str) -> str:
+    """`ws://host:port` for any of `ws://`, `http://` or bare `host:port`, without a trailing / or /ws."""
+    url = url.strip().rstrip("/")
+    url = url.removesuffix("/ws")
+    if url.startswith("http://"):
+        url = "ws://" + url[len("http://"):]
+    elif url.startswith("https://"):
+        url = "wss://" + url[len("https://"):]
+    elif "://" not in url:
+        url = "ws://" + url
+    return url

@@ -1,0 +1,103 @@
+"""Remote tell/ask/watch between real OS processes; kill -9, link loss and reconnect."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+import pytest
+from conftest import NodeFactory, PeerProcess, free_port
+from peer_node import Add, Crash, Forward, Ping, Sleep, Total
+
+from five_actors.errors import ActorDown, UnknownMessageType
+from five_actors.runtime.actor import Actor, Down, message
+from five_actors.runtime.node import Node
+
+PeerFactory = Callable[..., Awaitable[PeerProcess]]
+
+
+@message
+class OnlyInTests:
+    """A message type the peer process has never registered."""
+
+    n: int
+
+
+class Watcher(Actor):
+    """Collects the Down messages it receives."""
+
+    def __init__(self) -> None:
+        self.downs: asyncio.Queue[Down] = asyncio.Queue()
+
+    async def on_down(self, msg: Down) -> None:
+        await self.downs.put(msg)
+
+
+async def _wait_link(node: Node, peer: str, state: str = "up") -> None:
+    while not any(row["peer"] == peer and row["state"] == state for row in node.links()):
+        await asyncio.sleep(0.02)
+
+
+async def test_tell_ask_and_watch_across_processes(make_node: NodeFactory, peer_process: PeerFactory) -> None:
+    node = await make_node("test")
+    peer = await peer_process("peer")
+    await node.connect(peer.url)
+    big = np.random.default_rng(0).standard_normal((256, 1024)).astype(np.float32)
+    echoed = await node.ask("peer/echo", Ping(1, big))
+    np.testing.assert_array_equal(echoed.payload, big)
+    counter = node.ref("peer/counter")
+    for n in range(1, 101):
+        await counter.tell(Add(n))
+    assert await counter.ask(Total()) == 5050  # tells on one link arrive in order, before the ask
+    with pytest.raises(UnknownMessageType, match="unknown message type 'OnlyInTests'"):
+        await node.ask("peer/echo", OnlyInTests(1))
+
+    watcher = Watcher()
+    node.system.spawn(watcher, "/watcher")
+    node.system.watch(watcher.ref, node.ref("peer/echo"))
+    node.system.watch(watcher.ref, node.ref("peer/nobody"))
+    assert await asyncio.wait_for(watcher.downs.get(), 10) == Down("peer/nobody", "noproc")
+    with pytest.raises(ActorDown, match="peer/echo is down \\(RuntimeError: on purpose\\)"):
+        await node.ask("peer/echo", Crash("on purpose"))
+    assert await asyncio.wait_for(watcher.downs.get(), 10) == Down("peer/echo", "RuntimeError: on purpose")
+
+
+async def test_kill_9_delivers_link_lost_and_fails_asks_at_once_then_reconnects(make_node: NodeFactory, peer_process: PeerFactory) -> None:
+    node = await make_node("test", reconnect_min_s=0.05, reconnect_max_s=0.2)
+    port = free_port()
+    peer = await peer_process("peer", port=port)
+    await node.connect(peer.url)
+    watcher = Watcher()
+    node.system.spawn(watcher, "/watcher")
+    node.system.watch(watcher.ref, node.ref("peer/echo"))
+    node.system.watch(watcher.ref, node.ref("peer/counter"))
+    await node.ask("peer/echo", Ping(0))  # the watches are registered by the time this returns
+    in_flight = asyncio.create_task(node.ask("peer/echo", Sleep(60), timeout=120))
+    await asyncio.sleep(0.2)
+
+    peer.kill()
+    with pytest.raises(ActorDown, match="link to node peer lost"):
+        await in_flight  # not an AskTimeout after 120 s
+    downs = {await asyncio.wait_for(watcher.downs.get(), 10) for _ in range(2)}
+    assert downs == {Down("peer/echo", "link_lost"), Down("peer/counter", "link_lost")}
+    with pytest.raises(ActorDown, match="unreachable"):
+        await node.ask("peer/echo", Ping(1), timeout=120)
+    await _wait_link(node, "peer", "reconnecting")
+
+    await peer_process("peer", port=port)
+    await asyncio.wait_for(_wait_link(node, "peer"), 30)
+    assert (await node.ask("peer/echo", Ping(2))).n == 2
+
+
+async def test_two_child_processes_talk_directly(make_node: NodeFactory, peer_process: PeerFactory) -> None:
+    parent = await make_node("parent")
+    first = await peer_process("first", connect=parent.url)
+    await peer_process("second", connect=parent.url)
+    await asyncio.wait_for(_wait_link(parent, "second"), 10)
+    # first learned second's URL from the parent and links to it on demand; the reply comes back.
+    got = await parent.ask("first/relay", Forward("second/echo", Ping(3)))
+    assert got == Ping(3)
+    got = await parent.ask("second/relay", Forward("first/echo", Ping(4)))
+    assert got == Ping(4)
+    assert first.proc.poll() is None

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
 import secrets
 import statistics
@@ -25,9 +24,9 @@ from typing import Any
 import aiohttp
 import msgpack
 import numpy as np
-import structlog
 from aiohttp import web
 
+from five_actors.logs import configure_logging
 from five_actors.runtime.actor import Actor, message
 from five_actors.runtime.config import NodeConfig
 from five_actors.runtime.node import Node, run as run_on_uvloop
@@ -95,7 +94,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for name in ("tells", "asks", "arrays", "repeats"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name} must be at least 1")
-    _warnings_to_stderr()
+    configure_logging("bench-client", None, level="warning")  # stderr: stdout is for the one JSON result
     token = secrets.token_hex(16)
     server = subprocess.Popen(
         [sys.executable, "-m", "five_actors.bench.transport", "--serve", token],
@@ -218,14 +217,6 @@ async def _bare_arrays(ws: aiohttp.ClientWebSocketResponse, array: np.ndarray, n
     return n * array.nbytes / (time.perf_counter() - start) / 1e6
 
 
-def _warnings_to_stderr() -> None:
-    # stdout carries the one JSON result (and the server's READY line); link chatter is not a result.
-    structlog.configure(
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-    )
-
-
 def _percentiles(seconds: list[float]) -> tuple[float, float]:
     us = np.array(seconds) * 1e6
     return float(np.percentile(us, 50)), float(np.percentile(us, 99))
@@ -268,5 +259,5 @@ async def _serve(token: str) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--serve"]:
-        _warnings_to_stderr()
+        configure_logging("bench-server", None, level="warning")  # stderr: stdout is for the READY line
         run_on_uvloop(_serve(sys.argv[2]))

@@ -127,8 +127,9 @@ class GameConfig:
     """Game minutes over which the time decay factor applies once."""
     seed: int = 0
     """Seed of the drafts (the game itself is deterministic given actions)."""
-    numba_threads: int = 0
-    """Threads the game kernels use; 0 means all cores."""
+    numba_threads: int = 1
+    """Threads the game kernels use (parallel over games); 0 means all cores. One by default: a
+    rollout process shares the machine with inference and learning."""
 
     def __post_init__(self) -> None:
         positive_ints = ("games_per_batch", "heroes_per_side", "time_limit_steps", "towers_per_lane",

@@ -92,6 +92,12 @@ class LaneGame:
         self._ready = True
         return self._observe()
 
+    def observe(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Observations and masks of the current state (after editing `state` by hand, say)."""
+        if not self._ready:
+            raise GameError("call reset() before observe()")
+        return self._observe()
+
     def _observe(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         numba.set_num_threads(self._threads)
         rows, n_types = self.num_rows, len(self.action_spec.types)

@@ -89,6 +89,13 @@ def _rel(team: int, dx: float, dy: float) -> tuple[float, float]:
 
 
 @njit(cache=True)
+def _closer(d2: float, rx: float, ry: float, other_d2: float, other_x: float, other_y: float) -> bool:
+    if abs(d2 - other_d2) > 1e-3:
+        return d2 < other_d2
+    return rx < other_x - 1e-3 or (abs(rx - other_x) <= 1e-3 and ry < other_y)
+
+
+@njit(cache=True)
 def observe_game(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.ndarray, vis: np.ndarray,
                  obs: np.ndarray, slot_unit: np.ndarray, mtype: np.ndarray, mmove: np.ndarray,
                  mtarget: np.ndarray, P: np.ndarray, AB: np.ndarray, widths: np.ndarray, n_types: int,
@@ -115,6 +122,8 @@ def observe_game(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.
     s_creep = 2 * hps
     s_struct = 2 * hps + n_creep_slots
     best_d = np.empty(n_creep_slots)
+    best_x = np.empty(n_creep_slots)
+    best_y = np.empty(n_creep_slots)
     best_k = np.empty(n_creep_slots, dtype=np.int64)
     tower_alive = np.zeros(2)
     for team in range(2):
@@ -210,24 +219,30 @@ def observe_game(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.
             if v2:
                 o[b + 11 + n_types] = seen[g, team, j, S_DMG] / 100.0
                 o[b + 12 + n_types] = seen[g, team, j, S_ITEMS] / max(P[P_MAX_ITEMS], 1.0)
-        # the nearest creeps this team sees
+        # The nearest creeps this team sees. Near-equal distances are ordered by the offset as
+        # this team sees it, so that both teams order mirrored creeps alike.
         m = 0
         for k in range(c0, n):
             if not vis[g, team, k]:
                 continue
             d2 = (u[g, k, X] - x) ** 2 + (u[g, k, Y] - y) ** 2
+            rx, ry = _rel(team, u[g, k, X] - x, u[g, k, Y] - y)
             if m < n_creep_slots:
                 pos = m
                 m += 1
-            elif d2 < best_d[m - 1]:
+            elif _closer(d2, rx, ry, best_d[m - 1], best_x[m - 1], best_y[m - 1]):
                 pos = m - 1
             else:
                 continue
-            while pos > 0 and best_d[pos - 1] > d2:
+            while pos > 0 and _closer(d2, rx, ry, best_d[pos - 1], best_x[pos - 1], best_y[pos - 1]):
                 best_d[pos] = best_d[pos - 1]
+                best_x[pos] = best_x[pos - 1]
+                best_y[pos] = best_y[pos - 1]
                 best_k[pos] = best_k[pos - 1]
                 pos -= 1
             best_d[pos] = d2
+            best_x[pos] = rx
+            best_y[pos] = ry
             best_k[pos] = k
         for c in range(n_creep_slots):
             slot_unit[row, s_creep + c] = best_k[c] if c < m else -1

@@ -188,6 +188,7 @@ class _Cell:
         self.stop_reason = "shutdown"
         self.tasks: set[asyncio.Task[Any]] = set()
         self.done = asyncio.get_running_loop().create_future()
+        self.running: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"actor:{path}")
         self.task.add_done_callback(self._task_finished)
 
@@ -226,6 +227,7 @@ class _Cell:
         try:
             await self.actor.on_start()
             self.state = "running"
+            self.running.set_result(None)
             log_.info("actor_started", cls=type(self.actor).__name__)
             while True:
                 item = await self.mailbox.get()
@@ -345,6 +347,14 @@ class ActorSystem:
         cell = self._cells.get(ref if isinstance(ref, str) else ref.path)
         return "noproc" if cell is None else await asyncio.shield(cell.done)
 
+    async def wait_started(self, ref: ActorRef | str) -> str | None:
+        """Wait until the local actor's on_start has finished: None if it is running, else its exit reason."""
+        cell = self._cells.get(ref if isinstance(ref, str) else ref.path)
+        if cell is None:
+            return "noproc"
+        await asyncio.wait([cell.running, cell.done], return_when=asyncio.FIRST_COMPLETED)
+        return cell.done.result() if cell.done.done() else None
+
     def is_alive(self, path: str) -> bool:
         return path in self._cells
 
@@ -390,7 +400,22 @@ class ActorSystem:
                 reply(None, error)
                 return
             raise error
-        await cell.mailbox.put(_Delivery(msg, reply, sender))
+        try:
+            cell.mailbox.put_nowait(_Delivery(msg, reply, sender))
+        except asyncio.QueueFull:
+            await cell.mailbox.put(_Delivery(msg, reply, sender))
+
+    def deliver_nowait(self, path: str, msg: Any, sender: str | None = None) -> bool:
+        """Tell the local actor at `path` without waiting: False when its mailbox is full (then
+        await `deliver`); raises ActorDown when no actor runs there."""
+        cell = self._cells.get(path)
+        if cell is None or cell.state == "stopping":
+            raise ActorDown(f"no actor running at {self.node_id}{path}")
+        try:
+            cell.mailbox.put_nowait(_Delivery(msg, None, sender))
+        except asyncio.QueueFull:
+            return False
+        return True
 
     async def ask(self, address: str, msg: Any, timeout: float) -> Any:
         loop = asyncio.get_running_loop()
@@ -400,20 +425,25 @@ class ActorSystem:
             if not future.done():
                 future.set_exception(error) if error is not None else future.set_result(result)
 
+        def expire() -> None:
+            if not future.done():
+                future.set_exception(AskTimeout(f"no reply from {address} to {type(msg).__name__} within {timeout:g}s"))
+
         remote = self.remote if split_address(address)[0] != self.node_id else None
         # A local ask watches its target so it fails at once when the actor dies mid-request;
         # a remote one relies on the router, which always answers (ActorDown on a lost link).
         unwatch = None if remote else self.watch_address(address, lambda reason: reply(None, ActorDown(f"{address} is down ({reason})")))
+        # A timer that fails the future is cheaper than asyncio.wait_for's extra future and callbacks.
+        timer = loop.call_later(timeout, expire)
         try:
             await self.deliver(address, msg, reply)
-            return await asyncio.wait_for(future, timeout)
-        except asyncio.TimeoutError:
-            raise AskTimeout(f"no reply from {address} to {type(msg).__name__} within {timeout:g}s") from None
+            return await future
         finally:
+            timer.cancel()
             if unwatch is not None:
                 unwatch()
-            elif remote is not None and not future.done():
-                remote.cancel(reply)
+            elif remote is not None:
+                remote.cancel(reply)  # a no-op unless the ask timed out or was cancelled
 
     # -- death watch ----------------------------------------------------------------------
 

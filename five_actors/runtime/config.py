@@ -39,9 +39,6 @@ class NodeConfig:
     ask_timeout_s: float = 5.0
     """Default timeout of an ask made through the node."""
 
-    send_queue_frames: int = 1024
-    """Frames a link queues for its writer (replies, watch notices) before senders wait."""
-
     def __post_init__(self) -> None:
         if not self.host:
             raise ValueError("host must not be empty")
@@ -58,5 +55,3 @@ class NodeConfig:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.reconnect_max_s < self.reconnect_min_s:
             raise ValueError(f"reconnect_max_s ({self.reconnect_max_s}) must be >= reconnect_min_s ({self.reconnect_min_s})")
-        if self.send_queue_frames < 1:
-            raise ValueError(f"send_queue_frames must be >= 1, got {self.send_queue_frames}")

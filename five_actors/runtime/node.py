@@ -26,7 +26,8 @@ from aiohttp import web
 
 from five_actors.runtime.actor import ActorRef, ActorSystem
 from five_actors.runtime.config import NodeConfig
-from five_actors.runtime.transport import Transport, bearer_token, normalise_url, token_matches
+from five_actors.runtime.link import bearer_token, normalise_url, token_matches
+from five_actors.runtime.transport import Transport
 
 log = structlog.get_logger("five_actors.runtime")
 

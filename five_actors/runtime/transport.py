@@ -15,11 +15,10 @@ node with the smaller id wins on both sides, so neither fires a spurious `link_l
 from __future__ import annotations
 
 import asyncio
-import hmac
 import itertools
 import random
+import secrets
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -31,126 +30,9 @@ from five_actors.errors import ActorDown, LinkError, TokenRefused, WireError
 from five_actors.runtime import wire
 from five_actors.runtime.actor import ActorSystem, Reply, split_address
 from five_actors.runtime.config import NodeConfig
+from five_actors.runtime.link import Link, bearer_token, close_message, normalise_url, token_matches
 
 log = structlog.get_logger("five_actors.runtime")
-
-
-def bearer_token(request: web.Request) -> str | None:
-    """The token of an `Authorization: Bearer TOKEN` header, if there is one."""
-    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
-    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
-
-
-def token_matches(request: web.Request, token: str) -> bool:
-    """Whether the request carries `token` (compared in constant time)."""
-    given = bearer_token(request)
-    return given is not None and hmac.compare_digest(given.encode(), token.encode())
-
-
-def _close_message(reason: str) -> bytes:
-    # A close frame's payload is at most 125 bytes, two of them the code.
-    return reason.encode()[:120]
-
-
-class Link:
-    """One open websocket to a peer node, with its counters and its send batch.
-
-    Frames queued in one turn of the event loop go out as one websocket message (fewer
-    syscalls and frame headers); a sender waits while the batch is full and the socket is
-    slow to drain, which is the link's backpressure.
-    """
-
-    BATCH_FRAMES = 256
-    """Most frames in one websocket message."""
-    BATCH_BYTES = 256 * 1024
-    """Frames above this size are sent alone, and a batch stops growing at it."""
-
-    def __init__(self, ws: web.WebSocketResponse | aiohttp.ClientWebSocketResponse, peer: str, url: str, outbound: bool) -> None:
-        self.ws = ws
-        self.peer = peer
-        self.url = url
-        self.outbound = outbound
-        self.since = time.time()
-        self.frames_in = 0
-        self.frames_out = 0
-        self.closed = asyncio.get_running_loop().create_future()
-        """Resolves with the reason when the link is gone."""
-        self.replaced = False
-        self._batch: list[bytes] = []
-        self._batch_bytes = 0
-        self._room = asyncio.Event()
-        self._room.set()
-        self._writer: asyncio.Task[None] | None = None
-
-    @property
-    def is_up(self) -> bool:
-        return not self.closed.done()
-
-    async def send(self, frame: bytes) -> None:
-        """Queue one frame for the writer, waiting while the batch is full (backpressure)."""
-        if self.closed.done():
-            raise ActorDown(f"link to node {self.peer} is down ({self.closed.result()})")
-        self.post(frame)
-        if not self._room.is_set():
-            await self._room.wait()
-        if self.closed.done():
-            raise ActorDown(f"link to node {self.peer} is down ({self.closed.result()})")
-
-    def post(self, frame: bytes) -> None:
-        """Queue one frame without waiting (for synchronous callers such as reply callbacks).
-
-        On a closed link the frame is dropped: the peer fails its own pending asks and watches
-        when it sees the link go.
-        """
-        if self.closed.done():
-            return
-        self.frames_out += 1
-        self._batch.append(frame)
-        self._batch_bytes += len(frame)
-        if len(self._batch) >= self.BATCH_FRAMES or self._batch_bytes >= self.BATCH_BYTES:
-            self._room.clear()
-        if self._writer is None:
-            self._writer = asyncio.get_running_loop().create_task(self._write(), name=f"link:{self.peer}:writer")
-
-    async def _write(self) -> None:
-        try:
-            while self._batch and not self.closed.done():
-                batch, self._batch, self._batch_bytes = self._batch, [], 0
-                self._room.set()
-                small: list[bytes] = []
-                for frame in batch:
-                    if len(frame) >= self.BATCH_BYTES:
-                        if small:
-                            await self.ws.send_bytes(b"".join(small))
-                            small = []
-                        await self.ws.send_bytes(frame)
-                    else:
-                        small.append(frame)
-                if small:
-                    await self.ws.send_bytes(b"".join(small) if len(small) > 1 else small[0])
-        except (ConnectionError, RuntimeError) as exc:
-            # The reader sees the same loss and runs the link-lost handling; drop what is queued.
-            self.mark_closed(f"send failed: {exc}")
-        finally:
-            self._writer = None
-
-    def mark_closed(self, reason: str) -> None:
-        if not self.closed.done():
-            self.closed.set_result(reason)
-        self._batch.clear()
-        self._room.set()
-
-    def info(self) -> dict[str, Any]:
-        """What /actors shows about this link."""
-        return {
-            "peer": self.peer,
-            "url": self.url,
-            "state": "up" if self.is_up else "down",
-            "direction": "outbound" if self.outbound else "inbound",
-            "since": self.since,
-            "frames_in": self.frames_in,
-            "frames_out": self.frames_out,
-        }
 
 
 class Transport:
@@ -159,6 +41,7 @@ class Transport:
     def __init__(self, system: ActorSystem, token: str, config: NodeConfig) -> None:
         self.system = system
         self.node_id = system.node_id
+        self._prefix = f"{self.node_id}/"
         self.token = token
         self.config = config
         self.url = ""
@@ -178,6 +61,8 @@ class Transport:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._session: aiohttp.ClientSession | None = None
         self._closing = False
+        self.incarnation = secrets.token_hex(8)
+        """Differs each time a node starts: a peer back under the same id is a new peer."""
 
     # -- the RemoteRouter side ------------------------------------------------------------
 
@@ -186,10 +71,10 @@ class Transport:
         node = address.partition("/")[0]
         link = await self._link_for(node)
         if reply is None:
-            await link.send(wire.encode("tell", to=address, sender=sender, body=msg, max_bytes=self.config.max_message_bytes))
+            await link.send(wire.encode("tell", to=address, sender=sender, body=msg, max_bytes=link.max_bytes))
             return
         id_ = next(self._ids)
-        frame = wire.encode("ask", to=address, sender=sender, id=id_, body=msg, max_bytes=self.config.max_message_bytes)
+        frame = wire.encode("ask", to=address, sender=sender, id=id_, body=msg, max_bytes=link.max_bytes)
         self._pending[id_] = (node, reply)
         self._pending_ids[reply] = id_
         try:
@@ -248,8 +133,6 @@ class Transport:
         link = self.links.get(node)
         if link is not None and link.is_up:
             return link
-        if node == self.node_id:
-            raise ActorDown(f"address names this node ({node}) but no local actor matched")
         url = self.known.get(node)
         if url is None:
             raise ActorDown(f"node {node!r} is not known to node {self.node_id!r} (no link, no URL)")
@@ -331,7 +214,7 @@ class Transport:
             await ws.send_bytes(self._hello())
             hello = await self._read_hello(ws)
         except (LinkError, ConnectionError) as exc:
-            await ws.close(code=WSCloseCode.PROTOCOL_ERROR, message=_close_message(str(exc)))
+            await ws.close(code=WSCloseCode.PROTOCOL_ERROR, message=close_message(str(exc)))
             raise LinkError(f"handshake with {url} failed: {exc}") from None
         link = self._add_link(ws, hello, outbound=True)
         if link.ws is ws:
@@ -350,7 +233,7 @@ class Transport:
             hello = await self._read_hello(ws)
         except LinkError as exc:
             log.warning("link_refused", peer=request.remote, reason=str(exc))
-            await ws.close(code=WSCloseCode.PROTOCOL_ERROR, message=_close_message(str(exc)))
+            await ws.close(code=WSCloseCode.PROTOCOL_ERROR, message=close_message(str(exc)))
             return ws
         await ws.send_bytes(self._hello())
         link = self._add_link(ws, hello, outbound=False)
@@ -360,7 +243,8 @@ class Transport:
 
     def _hello(self) -> bytes:
         known = {node: url for node, url in self.known.items() if node != self.node_id}
-        return wire.encode("hello", body={"node": self.node_id, "url": self.url, "known": known})
+        body = {"node": self.node_id, "url": self.url, "known": known, "incarnation": self.incarnation, "max_message_bytes": self.config.max_message_bytes}
+        return wire.encode("hello", body=body)
 
     async def _read_hello(self, ws: Any) -> dict[str, Any]:
         try:
@@ -388,9 +272,16 @@ class Transport:
     def _add_link(self, ws: Any, hello: dict[str, Any], outbound: bool) -> Link:
         peer: str = hello["node"]
         url = normalise_url(hello["url"]) if hello["url"] else ""
-        link = Link(ws, peer, url, outbound)
+        peer_max = hello.get("max_message_bytes")
+        max_bytes = min(self.config.max_message_bytes, peer_max if type(peer_max) is int and peer_max > 0 else self.config.max_message_bytes)
+        link = Link(ws, peer, url, outbound, str(hello.get("incarnation", "")), max_bytes)
         existing = self.links.get(peer)
-        if existing is not None and existing.is_up:
+        if existing is not None and existing.is_up and existing.incarnation != link.incarnation:
+            # The peer restarted before its old link was seen to drop (a half-open socket):
+            # its old actors are gone, so their watchers and askers must hear it.
+            self._link_lost(existing, "peer restarted")
+            self._spawn(existing.ws.close(code=WSCloseCode.GOING_AWAY, message=b"peer restarted"))
+        elif existing is not None and existing.is_up:
             if self._initiator(existing) == min(self.node_id, peer) != self._initiator(link):
                 self._spawn(ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"duplicate link"))
                 return existing
@@ -414,8 +305,9 @@ class Transport:
         changed = False
         for node, node_url in [(peer, url), *known.items()]:
             if isinstance(node, str) and isinstance(node_url, str) and node_url and node != self.node_id:
+                node_url = normalise_url(node_url)
                 if self.known.get(node) != node_url:
-                    self.known[node] = normalise_url(node_url)
+                    self.known[node] = node_url
                     changed = True
         return changed
 
@@ -424,6 +316,7 @@ class Transport:
     async def _serve(self, link: Link) -> None:
         ws = link.ws
         reason = "closed"
+        clean = False
         try:
             while True:
                 msg = await ws.receive()
@@ -432,26 +325,31 @@ class Transport:
                         link.frames_in += 1
                         if isinstance(item, wire.Rejected):
                             self._reject(link, item.error, item.id)
-                        else:
+                        elif item.kind != "tell" or not self._tell_nowait(link, item):
                             await self._on_frame(link, item)
                 elif msg.type == WSMsgType.TEXT:
                     self._reject(link, WireError("text frames are not accepted: links carry binary msgpack frames"), None)
                 elif msg.type == WSMsgType.ERROR:
-                    reason = f"protocol error: {ws.exception()}"
-                    log.warning("frame_rejected", peer=link.peer, reason=reason)
+                    error = ws.exception()
+                    if isinstance(error, aiohttp.WebSocketError):  # e.g. over max_message_bytes: aiohttp closed the link
+                        reason = f"protocol error: {error}"
+                        log.warning("frame_rejected", peer=link.peer, reason=reason)
+                    else:
+                        reason = f"{type(error).__name__}: {error}" if error else "connection error"
                     break
                 else:
                     code = ws.close_code
                     extra = msg.extra if msg.type == WSMsgType.CLOSE and msg.extra else ""
                     reason = f"closed by peer ({code}{': ' + extra if extra else ''})" if msg.type == WSMsgType.CLOSE else "connection lost"
+                    clean = code == WSCloseCode.GOING_AWAY
                     break
         except asyncio.CancelledError:
             reason = "node stopping"
             raise
         finally:
             if not ws.closed:
-                await asyncio.shield(ws.close(code=WSCloseCode.GOING_AWAY, message=_close_message(reason)))
-            self._link_lost(link, reason)
+                await asyncio.shield(ws.close(code=WSCloseCode.GOING_AWAY, message=close_message(reason)))
+            self._link_lost(link, reason, clean)
 
     def _reject(self, link: Link, error: WireError, request_id: int | None) -> None:
         log.warning("frame_rejected", peer=link.peer, reason=str(error), id=request_id)
@@ -490,22 +388,27 @@ class Transport:
         else:
             self._reject(link, WireError(f"unexpected {kind} frame on an open link"), None)
 
-    def _local_path(self, address: str) -> str:
+    def _check_local(self, address: str) -> None:
+        if not address.startswith(self._prefix) or len(address) == len(self._prefix):
+            raise ActorDown(f"{address!r} is not an actor address on node {self.node_id}: links do not forward")
+
+    def _tell_nowait(self, link: Link, env: wire.Envelope) -> bool:
+        """Deliver a tell without a coroutine (the common case); False when the mailbox is full."""
+        to: str = env.to  # type: ignore[assignment]
         try:
-            node, path = split_address(address)
-        except ValueError as exc:
-            raise WireError(str(exc)) from None
-        if node != self.node_id:
-            raise ActorDown(f"{address} is not on node {self.node_id}: links do not forward")
-        return path
+            self._check_local(to)
+            return self.system.deliver_nowait(to[len(self.node_id):], env.body, env.sender)
+        except ActorDown as exc:
+            log.info("message_dropped", peer=link.peer, to=to, type=env.type, reason=str(exc))
+            return True
 
     async def _deliver(self, link: Link, env: wire.Envelope) -> None:
         to: str = env.to  # type: ignore[assignment]
         if env.kind == "tell":
             try:
-                self._local_path(to)
+                self._check_local(to)
                 await self.system.deliver(to, env.body, None, env.sender)
-            except (ActorDown, WireError) as exc:
+            except ActorDown as exc:
                 log.info("message_dropped", peer=link.peer, to=to, type=env.type, reason=str(exc))
             return
         peer, id_ = link.peer, env.id
@@ -517,23 +420,24 @@ class Transport:
                 return
             answered = True
             unwatch()
+            current = self.links.get(peer)
+            if current is None:
+                return  # the asker's node is gone; it has failed this ask itself
             if error is None:
                 try:
-                    frame = wire.encode("reply", id=id_, body=result, max_bytes=self.config.max_message_bytes)
+                    frame = wire.encode("reply", id=id_, body=result, max_bytes=current.max_bytes)
                 except WireError as exc:
                     frame = wire.encode_error(WireError(f"{to} replied with a value that cannot be sent: {exc}"), id_)
             else:
                 frame = wire.encode_error(error, id_)
-            current = self.links.get(peer)
-            if current is not None:
-                current.post(frame)
+            current.post(frame)
 
         def unwatch() -> None:
             pass
 
         try:
-            self._local_path(to)
-        except (ActorDown, WireError) as exc:
+            self._check_local(to)
+        except ActorDown as exc:
             reply(None, exc)
             return
         # Answer ActorDown if the actor dies while handling this ask; `answered` keeps it to one reply.
@@ -550,18 +454,22 @@ class Transport:
                 current.post(wire.encode("down", sender=to, id=id_, body=reason))
 
         try:
-            self._local_path(to)  # type: ignore[arg-type]
-        except (ActorDown, WireError):
+            self._check_local(to)  # type: ignore[arg-type]
+        except ActorDown:
             notify("noproc")
             return
         self._served_watches[(peer, id_)] = self.system.watch_address(to, notify)  # type: ignore[arg-type, index]
 
-    def _link_lost(self, link: Link, reason: str) -> None:
+    def _link_lost(self, link: Link, reason: str, clean: bool = False) -> None:
+        """Forget the link; fail the peer's pending asks and watches. `clean`: the peer said it was going."""
         link.mark_closed(reason)
         if link.replaced or self.links.get(link.peer) is not link:
             return
         del self.links[link.peer]
-        log.warning("link_down", peer=link.peer, reason=reason)
+        if clean or self._closing:
+            log.info("link_down", peer=link.peer, reason=reason)
+        else:
+            log.warning("link_down", peer=link.peer, reason=reason)
         peer = link.peer
         for id_ in [i for i, (node, _) in self._pending.items() if node == peer]:
             reply = self._forget(id_)
@@ -605,16 +513,3 @@ class Transport:
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
-
-
-def normalise_url(url: str) -> str:
-    """`ws://host:port` for any of `ws://`, `http://` or bare `host:port`, without a trailing / or /ws."""
-    url = url.strip().rstrip("/")
-    url = url.removesuffix("/ws")
-    if url.startswith("http://"):
-        url = "ws://" + url[len("http://"):]
-    elif url.startswith("https://"):
-        url = "wss://" + url[len("https://"):]
-    elif "://" not in url:
-        url = "ws://" + url
-    return url

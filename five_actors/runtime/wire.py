@@ -31,7 +31,7 @@ import sys
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import msgpack
 import numpy as np
@@ -94,6 +94,14 @@ def _fields(cls: type) -> tuple[str, ...]:
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
+_FIELD_SETS: dict[type, frozenset[str]] = {}
+
+
+def _field_set(cls: type) -> frozenset[str]:
+    cached = _FIELD_SETS.get(cls)
+    if cached is None:
+        cached = _FIELD_SETS[cls] = frozenset(_fields(cls))
+    return cached
 
 
 def message_body(msg: Any) -> dict[str, Any]:
@@ -231,12 +239,8 @@ class _Decoder:
                 max_map_len=n // 2,
                 max_ext_len=n,
             )
-        except WireError:
-            raise
-        except RecursionError:
-            raise WireError(f"{what} is nested too deeply") from None
         except Exception as exc:  # noqa: BLE001 - msgpack raises many types; all mean a bad frame
-            raise WireError(f"{what} is not valid msgpack: {type(exc).__name__}: {exc or 'invalid byte'}") from None
+            raise _unpack_error(exc, what) from None
 
 
 def decode_array(data: bytes) -> np.ndarray:
@@ -270,16 +274,15 @@ def decode_array(data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype=dtype, count=count, offset=head).reshape(shape)
 
 
-def _check_depth(value: Any, max_depth: int) -> None:
-    stack = [(value, 1)]
-    while stack:
+def _check_depth(value: dict[Any, Any] | list[Any], max_depth: int) -> None:
+    values = value.values() if isinstance(value, dict) else value
+    stack = [(v, 2) for v in values if isinstance(v, (dict, list))]
+    while stack:  # empty at once for the usual flat body
         item, depth = stack.pop()
         if depth > max_depth:
             raise WireError(f"frame is nested deeper than {max_depth} levels")
-        if isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values() if isinstance(v, (dict, list)))
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item if isinstance(v, (dict, list)))
+        values = item.values() if isinstance(item, dict) else item
+        stack.extend([(v, depth + 1) for v in values if isinstance(v, (dict, list))])
 
 
 _TUPLE_FIELDS: dict[type, frozenset[str]] = {}
@@ -305,14 +308,16 @@ def build_message(type_name: str, body: Any) -> Any:
         raise UnknownMessageType(f"unknown message type {type_name!r}")
     if not isinstance(body, dict):
         raise WireError(f"{type_name} body must be a map of its fields, got {type(body).__name__}")
-    fields = _fields(cls)
-    if len(body) != len(fields) or any(name not in body for name in fields):
-        missing = sorted(set(fields) - set(map(str, body)))
-        extra = sorted(set(map(str, body)) - set(fields))
+    fields = _field_set(cls)
+    if body.keys() != fields:
+        missing = sorted(fields - set(map(str, body)))
+        extra = sorted(set(map(str, body)) - fields)
         raise WireError(f"{type_name} fields do not match: missing {missing}, unexpected {extra}")
-    for name in _tuple_fields(cls):
-        if isinstance(body[name], list):
-            body[name] = tuple(body[name])
+    tuple_fields = _tuple_fields(cls)
+    if tuple_fields:
+        for name in tuple_fields:
+            if isinstance(body[name], list):
+                body[name] = tuple(body[name])
     try:
         return cls(**body)
     except Exception as exc:  # noqa: BLE001 - a message's own validation refusing the values
@@ -346,32 +351,81 @@ def decode_batch(data: bytes, limits: WireLimits = WireLimits()) -> Iterator[Env
         yield Rejected(WireError(f"message of {len(data)} bytes is over the limit of {limits.max_frame_bytes} bytes"), None)
         return
     decoder = _Decoder(limits)
+    try:
+        # Most messages hold one frame, and unpackb is cheaper than setting up an Unpacker.
+        raw = msgpack.unpackb(data, ext_hook=decoder.ext_hook, raw=False, strict_map_key=False)
+    except msgpack.ExtraData:
+        yield from _decode_stream(data, limits)
+        return
+    except Exception as exc:  # noqa: BLE001 - msgpack raises many types; all mean a bad frame
+        yield Rejected(_unpack_error(exc, "frame"), peek_id(data))
+        return
+    try:
+        yield _envelope(raw, limits)
+    except WireError as exc:
+        yield Rejected(exc, peek_id(data))
+
+
+def _decode_stream(data: bytes, limits: WireLimits) -> Iterator[Envelope | Rejected]:
+    decoder = _Decoder(limits)
     unpacker = msgpack.Unpacker(ext_hook=decoder.ext_hook, raw=False, strict_map_key=False, max_buffer_size=max(len(data), 1))
     unpacker.feed(data)
-    while True:
-        offset = unpacker.tell()
-        if offset == len(data):
-            return
+    while (offset := unpacker.tell()) < len(data):
         decoder.arrays = 0
         try:
-            try:
-                raw = unpacker.unpack()
-            except msgpack.OutOfData:
-                raise WireError(f"frame is not valid msgpack: truncated after {offset} of {len(data)} bytes") from None
-            except (WireError, RecursionError):
-                raise
-            except Exception as exc:  # noqa: BLE001 - msgpack raises many types; all mean a bad frame
-                raise WireError(f"frame is not valid msgpack: {type(exc).__name__}: {exc or 'invalid byte'}") from None
-            yield _envelope(raw, limits)
-        except RecursionError:
-            yield Rejected(WireError("frame is nested too deeply"), peek_id(data[offset:]))
+            raw = unpacker.unpack()
+        except msgpack.OutOfData:
+            yield Rejected(WireError(f"frame is not valid msgpack: truncated after {offset} of {len(data)} bytes"), None)
             return
+        except Exception as exc:  # noqa: BLE001 - msgpack raises many types; all mean a bad frame
+            yield Rejected(_unpack_error(exc, "frame"), peek_id(data[offset:]))
+            return
+        try:
+            yield _envelope(raw, limits)
         except WireError as exc:
             yield Rejected(exc, peek_id(data[offset:]))
             return
 
 
+def _unpack_error(exc: Exception, what: str) -> WireError:
+    """The WireError for an exception raised while unpacking `what`."""
+    if isinstance(exc, WireError):
+        return exc
+    if isinstance(exc, RecursionError):
+        return WireError(f"{what} is nested too deeply")
+    return WireError(f"{what} is not valid msgpack: {type(exc).__name__}: {exc or 'invalid byte'}")
+
+
+_NEEDS_TO = frozenset({"tell", "ask", "watch", "unwatch"})
+_NEEDS_ID = frozenset({"ask", "reply", "watch", "unwatch", "down"})
+
+
 def _envelope(raw: Any, limits: WireLimits) -> Envelope:
+    if type(raw) is not dict or raw.keys() != ENVELOPE_KEYS:
+        _explain_envelope(raw)
+    kind, to, sender, id_, type_, body = raw["kind"], raw["to"], raw["from"], raw["id"], raw["type"], raw["body"]
+    # One cheap test for the usual frame; the slow path names what is wrong.
+    if (
+        raw["v"] != VERSION
+        or kind not in KINDS
+        or (to is not None and type(to) is not str)
+        or (sender is not None and type(sender) is not str)
+        or (type_ is not None and type(type_) is not str)
+        or (id_ is not None and type(id_) is not int)
+        or (to is None and kind in _NEEDS_TO)
+        or (id_ is None and kind in _NEEDS_ID)
+        or (type_ is None and (kind == "tell" or kind == "ask"))
+    ):
+        _explain_envelope(raw)
+    if type(body) is dict or type(body) is list:
+        _check_depth(body, limits.max_depth)
+    if type_ is not None:
+        body = build_message(type_, body)
+    return Envelope(kind, to, sender, id_, type_, body)
+
+
+def _explain_envelope(raw: Any) -> NoReturn:
+    """Raise the WireError naming what is wrong with an envelope that failed the fast check."""
     if not isinstance(raw, dict):
         raise WireError(f"frame must be a msgpack map (the envelope), got {type(raw).__name__}")
     if raw.keys() != ENVELOPE_KEYS:
@@ -380,29 +434,19 @@ def _envelope(raw: Any, limits: WireLimits) -> Envelope:
         raise WireError(f"envelope keys do not match {{v, kind, to, from, id, type, body}}: missing {missing}, unexpected {extra}")
     if raw["v"] != VERSION:
         raise WireError(f"unsupported protocol version {raw['v']!r} (this node speaks {VERSION})")
-    kind, to, sender, id_, type_ = raw["kind"], raw["to"], raw["from"], raw["id"], raw["type"]
+    kind = raw["kind"]
     if kind not in KINDS:
         raise WireError(f"unknown frame kind {kind!r}")
-    if to is not None and not isinstance(to, str):
-        raise WireError(f"envelope 'to' must be a string or nil, got {type(to).__name__}")
-    if sender is not None and not isinstance(sender, str):
-        raise WireError(f"envelope 'from' must be a string or nil, got {type(sender).__name__}")
-    if id_ is not None and (not isinstance(id_, int) or isinstance(id_, bool)):
-        raise WireError(f"envelope 'id' must be an integer or nil, got {type(id_).__name__}")
-    if type_ is not None and not isinstance(type_, str):
-        raise WireError(f"envelope 'type' must be a string or nil, got {type(type_).__name__}")
-    if kind in ("tell", "ask", "watch", "unwatch") and to is None:
+    for name in ("to", "from", "type"):
+        if raw[name] is not None and type(raw[name]) is not str:
+            raise WireError(f"envelope {name!r} must be a string or nil, got {type(raw[name]).__name__}")
+    if raw["id"] is not None and type(raw["id"]) is not int:
+        raise WireError(f"envelope 'id' must be an integer or nil, got {type(raw['id']).__name__}")
+    if raw["to"] is None and kind in _NEEDS_TO:
         raise WireError(f"{kind} frame needs a 'to' address")
-    if kind in ("tell", "ask") and type_ is None:
-        raise WireError(f"{kind} frame needs a message 'type'")
-    if kind in ("ask", "reply", "watch", "unwatch", "down") and id_ is None:
+    if raw["id"] is None and kind in _NEEDS_ID:
         raise WireError(f"{kind} frame needs an 'id'")
-    body = raw["body"]
-    if isinstance(body, (dict, list)):
-        _check_depth(body, limits.max_depth)
-    if type_ is not None:
-        body = build_message(type_, body)
-    return Envelope(kind, to, sender, id_, type_, body)
+    raise WireError(f"{kind} frame needs a message 'type'")
 
 
 def peek_id(data: bytes) -> int | None:

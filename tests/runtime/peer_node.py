@@ -14,8 +14,8 @@ import sys
 from typing import Any
 
 import numpy as np
-import structlog
 
+from five_actors.logs import configure_logging
 from five_actors.runtime.actor import Actor, message
 from five_actors.runtime.config import NodeConfig
 from five_actors.runtime.node import Node, run
@@ -114,5 +114,5 @@ async def main(node_id: str, port: int, token: str, connect: str | None) -> None
 
 
 if __name__ == "__main__":
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))  # stdout is for READY
+    configure_logging(sys.argv[1], None)  # stderr: stdout is for the READY line
     run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import msgpack
 import numpy as np
@@ -13,7 +15,7 @@ from structlog.testing import capture_logs
 
 from five_actors.errors import ActorDown, RemoteError, TokenRefused, WireError
 from five_actors.runtime import wire
-from five_actors.runtime.actor import Actor
+from five_actors.runtime.actor import Actor, Down
 from five_actors.runtime.node import Node, require_token
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -193,3 +195,54 @@ async def test_nodes_learn_each_other_through_a_hub_and_connect_directly(make_no
     assert (await left.ask("right/echo", Ping(7))).n == 7
     assert {row["peer"] for row in left.links()} == {"hub", "right"}
     assert left.known_nodes()["right"] == right.url
+
+
+async def test_nodes_connecting_to_each_other_at_once_keep_one_link(make_node: NodeFactory) -> None:
+    a, b = await make_node("a"), await make_node("b")
+    a.system.spawn(Echo(), "/echo")
+    b.system.spawn(Echo(), "/echo")
+    with capture_logs() as logs:
+        await asyncio.gather(a.connect(b.url), b.connect(a.url))
+        assert (await a.ask("b/echo", Ping(1))).n == 1
+        assert (await b.ask("a/echo", Ping(2))).n == 2
+    assert [row["peer"] for row in a.links()] == ["b"] and [row["peer"] for row in b.links()] == ["a"]
+    assert not [e for e in logs if e["event"] == "link_down"]
+
+
+class Watcher(Actor):
+    """Collects the Down messages it receives."""
+
+    def __init__(self) -> None:
+        self.downs: asyncio.Queue[Down] = asyncio.Queue()
+
+    async def on_down(self, msg: Down) -> None:
+        await self.downs.put(msg)
+
+
+async def test_a_peer_back_under_the_same_id_before_its_old_link_dropped_is_a_new_peer(make_node: NodeFactory) -> None:
+    hub, old = await make_node("hub"), await make_node("x")
+    old.system.spawn(Echo(), "/echo")
+    await old.transport.connect(hub.url)  # not kept: the old node must not reconnect once replaced
+    watcher = Watcher()
+    hub.system.spawn(watcher, "/watcher")
+    hub.system.watch(watcher.ref, hub.ref("x/echo"))
+    await hub.ask("x/echo", Ping(1))
+    new = await make_node("x")  # same node id, old link still open: as after a half-open socket
+    new.system.spawn(Echo(), "/echo")
+    await new.connect(hub.url)
+    assert await asyncio.wait_for(watcher.downs.get(), 10) == Down("x/echo", "link_lost")
+    assert (await hub.ask("x/echo", Ping(2))).n == 2
+    assert [row["url"] for row in hub.links()] == [new.url]
+
+
+async def test_the_smaller_size_limit_of_the_two_ends_applies_to_frames_and_batches(make_node: NodeFactory) -> None:
+    big, small = await make_node("big"), await make_node("small", max_message_bytes=8192)
+    small.system.spawn(Echo(), "/echo")
+    await big.connect(small.url)
+    with pytest.raises(WireError, match="over the limit of 8192 bytes"):
+        await big.ask("small/echo", Ping(1, np.zeros(10_000, dtype=np.uint8)))
+    # 500 tells in one loop turn are batched into messages the small end accepts.
+    for n in range(500):
+        await big.ref("small/echo").tell(Ping(n, np.zeros(100, dtype=np.uint8)))
+    assert (await big.ask("small/echo", Ping(7))).n == 7
+    assert [row["state"] for row in big.links()] == ["up"]

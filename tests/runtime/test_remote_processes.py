@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import Awaitable, Callable
 
 import numpy as np
@@ -101,3 +103,18 @@ async def test_two_child_processes_talk_directly(make_node: NodeFactory, peer_pr
     got = await parent.ask("second/relay", Forward("first/echo", Ping(4)))
     assert got == Ping(4)
     assert first.proc.poll() is None
+
+
+async def test_a_frozen_peer_is_dropped_by_the_heartbeat(make_node: NodeFactory, peer_process: PeerFactory) -> None:
+    node = await make_node("test", heartbeat_s=0.4)
+    peer = await peer_process("peer")
+    await node.connect(peer.url)
+    watcher = Watcher()
+    node.system.spawn(watcher, "/watcher")
+    node.system.watch(watcher.ref, node.ref("peer/echo"))
+    await node.ask("peer/echo", Ping(0))
+    os.kill(peer.proc.pid, signal.SIGSTOP)  # the socket stays open; only the missing pongs tell
+    try:
+        assert await asyncio.wait_for(watcher.downs.get(), 30) == Down("peer/echo", "link_lost")
+    finally:
+        os.kill(peer.proc.pid, signal.SIGCONT)

@@ -14,7 +14,7 @@ from peer_node import Forward, Ping, Total
 
 from five_actors.errors import ActorDown, RemoteError, UnknownMessageType, WireError
 from five_actors.runtime import wire
-from five_actors.runtime.actor import Down, message
+from five_actors.runtime.actor import message
 
 
 @message

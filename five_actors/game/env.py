@@ -6,6 +6,7 @@ reset at once (the returned observation is the next game's first); `dones` marks
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numba
@@ -25,6 +26,17 @@ from five_actors.game.sim import reset_game
 from five_actors.game.step import step_all, step_serial
 
 FRAME_COLUMNS = ("x", "y", "team", "kind", "type", "hp_frac", "alive", "level")
+
+# The two unit/number fields of each event kind, by name.
+_EVENT_FIELDS: dict[str, Callable[[int, int], dict[str, int]]] = {
+    "kill": lambda a, b: {"killer": a, "victim": b},
+    "last_hit": lambda a, b: {"hero": a, "creep": b},
+    "deny": lambda a, b: {"hero": a, "creep": b},
+    "tower_destroyed": lambda a, b: {"by": a, "unit": b},
+    "ancient_destroyed": lambda a, b: {"by": a, "unit": b},
+    "ability": lambda a, b: {"hero": a, "ability": b},
+    "recall": lambda a, b: {"hero": a},
+}
 
 
 class LaneGame:
@@ -213,7 +225,13 @@ class LaneGame:
         return frame
 
     def events(self, game: int) -> list[dict[str, Any]]:
-        """The events of one game's last step: dicts with kind, x, y and the units involved."""
-        ev = self.state.events[game, : self.state.event_count[game]]
-        return [{"kind": EVENT_KINDS[int(e[0])], "x": float(e[1]), "y": float(e[2]), "by": int(e[3]),
-                 "on": int(e[4])} for e in ev]
+        """The events of one game's last step: dicts with kind, x, y and who was involved (unit
+        indices; heroes are 0..9 = team * 5 + hero, -1 is nobody)."""
+        out = []
+        for e in self.state.events[game, : self.state.event_count[game]]:
+            kind = EVENT_KINDS[int(e[0])]
+            a, b = int(e[3]), int(e[4])
+            event: dict[str, Any] = {"kind": kind, "x": round(float(e[1]), 2), "y": round(float(e[2]), 2)}
+            event.update(_EVENT_FIELDS[kind](a, b))
+            out.append(event)
+        return out

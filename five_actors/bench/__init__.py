@@ -5,6 +5,7 @@ command prints the dict as one JSON object.
 """
 
 BENCHMARKS: dict[str, str] = {
+    "transport": "five_actors.bench.transport",
     "env": "five_actors.bench.env",
 }
 """Benchmark name -> module path."""

@@ -12,6 +12,7 @@ import base64
 import html
 import importlib.resources
 import os
+import shutil
 import sys
 import time
 import zlib
@@ -132,9 +133,16 @@ def render_frame(replay: Replay, index: int, width: int = 64, color: bool = Fals
 
 def play_terminal(
     replay: Replay, speed: float = 1.0, from_step: int | None = None, once: bool = False,
-    width: int = 64, out: IO[str] = sys.stdout, color: bool | None = None,
+    width: int | None = None, out: IO[str] = sys.stdout, color: bool | None = None,
 ) -> int:
-    """Show the replay from `from_step` at `speed` times real time (or one frame with `once`); Ctrl-C stops."""
+    """Show the replay from `from_step` at `speed` times real time (or one frame with `once`); Ctrl-C stops.
+
+    `width` None fits the map to the terminal (rows are half as many as columns, since a
+    character cell is about twice as tall as it is wide).
+    """
+    if width is None:
+        size = shutil.get_terminal_size((80, 40))
+        width = max(20, min(size.columns - 2, 2 * (size.lines - 16)))
     if not speed > 0:
         raise GameError(f"--speed must be > 0, got {speed}")
     if width < 10:

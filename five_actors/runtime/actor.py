@@ -65,9 +65,16 @@ Reply = Callable[[Any, BaseException | None], None]
 
 
 class RemoteRouter(Protocol):
-    """What a node provides so that refs to other nodes' actors work like local ones."""
+    """What a node provides so that refs to other nodes' actors work like local ones.
+
+    `send` with a `reply` must call it exactly once: with the answer, the remote error, or
+    ActorDown when the link is lost (so an ask to a remote actor needs no death watch), unless
+    `cancel(reply)` is called first because the asker stopped waiting.
+    """
 
     async def send(self, address: str, msg: Any, reply: Reply | None, sender: str | None) -> None: ...
+
+    def cancel(self, reply: Reply) -> None: ...
 
     def watch(self, address: str, callback: Callable[[str], None]) -> Callable[[], None]: ...
 
@@ -182,6 +189,14 @@ class _Cell:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"actor:{path}")
         self.done = asyncio.get_running_loop().create_future()
+        self.running: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def exit_if_never_ran(self, task: asyncio.Task[Any]) -> None:
+        """Record the exit of a task cancelled before its first step (its `_run` never ran)."""
+        if not self.done.done():
+            self.state = "crashed"
+            log.warning("actor_killed", actor=self.path)
+            self.system._exited(self, "killed", None)
 
     def spawn_task(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro, name=name or f"{self.path}:task")
@@ -211,6 +226,7 @@ class _Cell:
         try:
             await self.actor.on_start()
             self.state = "running"
+            self.running.set_result(None)
             log_.info("actor_started", cls=type(self.actor).__name__)
             while True:
                 item = await self.mailbox.get()
@@ -303,7 +319,8 @@ class ActorSystem:
         ref = self.ref(path)
         actor.ref = ref
         actor.system = self
-        self._cells[path] = _Cell(self, actor, path)
+        cell = self._cells[path] = _Cell(self, actor, path)
+        cell.task.add_done_callback(cell.exit_if_never_ran)
         return ref
 
     async def stop(self, ref: ActorRef | str, timeout: float = 5.0) -> str:
@@ -329,6 +346,14 @@ class ActorSystem:
         """Wait until the local actor exits; returns its exit reason ("noproc" if not running)."""
         cell = self._cells.get(ref if isinstance(ref, str) else ref.path)
         return "noproc" if cell is None else await asyncio.shield(cell.done)
+
+    async def wait_started(self, ref: ActorRef | str) -> str | None:
+        """Wait until the local actor's on_start has finished: None if it is running, else its exit reason."""
+        cell = self._cells.get(ref if isinstance(ref, str) else ref.path)
+        if cell is None:
+            return "noproc"
+        await asyncio.wait([cell.running, cell.done], return_when=asyncio.FIRST_COMPLETED)
+        return cell.done.result() if cell.done.done() else None
 
     def is_alive(self, path: str) -> bool:
         return path in self._cells
@@ -375,7 +400,22 @@ class ActorSystem:
                 reply(None, error)
                 return
             raise error
-        await cell.mailbox.put(_Delivery(msg, reply, sender))
+        try:
+            cell.mailbox.put_nowait(_Delivery(msg, reply, sender))
+        except asyncio.QueueFull:
+            await cell.mailbox.put(_Delivery(msg, reply, sender))
+
+    def deliver_nowait(self, path: str, msg: Any, sender: str | None = None) -> bool:
+        """Tell the local actor at `path` without waiting: False when its mailbox is full (then
+        await `deliver`); raises ActorDown when no actor runs there."""
+        cell = self._cells.get(path)
+        if cell is None or cell.state == "stopping":
+            raise ActorDown(f"no actor running at {self.node_id}{path}")
+        try:
+            cell.mailbox.put_nowait(_Delivery(msg, None, sender))
+        except asyncio.QueueFull:
+            return False
+        return True
 
     async def ask(self, address: str, msg: Any, timeout: float) -> Any:
         loop = asyncio.get_running_loop()
@@ -385,14 +425,23 @@ class ActorSystem:
             if not future.done():
                 future.set_exception(error) if error is not None else future.set_result(result)
 
-        unwatch = self.watch_address(address, lambda reason: reply(None, ActorDown(f"{address} is down ({reason})")))
+        remote = self.remote if split_address(address)[0] != self.node_id else None
+        # A local ask watches its target so it fails at once when the actor dies mid-request;
+        # a remote one relies on the router, which always answers (ActorDown on a lost link).
+        unwatch = None if remote else self.watch_address(address, lambda reason: reply(None, ActorDown(f"{address} is down ({reason})")))
         try:
             await self.deliver(address, msg, reply)
-            return await asyncio.wait_for(future, timeout)
-        except asyncio.TimeoutError:
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that
+            # arrives as the reply does, leaving an actor's task that cannot be stopped.
+            async with asyncio.timeout(timeout):
+                return await future
+        except TimeoutError:
             raise AskTimeout(f"no reply from {address} to {type(msg).__name__} within {timeout:g}s") from None
         finally:
-            unwatch()
+            if unwatch is not None:
+                unwatch()
+            elif remote is not None:
+                remote.cancel(reply)  # a no-op unless the ask timed out or was cancelled
 
     # -- death watch ----------------------------------------------------------------------
 

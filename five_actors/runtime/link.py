@@ -1,0 +1,179 @@
+"""One websocket link to a peer node, and the small helpers links and routes share.
+
+A link batches the frames queued in one turn of the event loop into one websocket message;
+the first frame of a turn on an idle link goes out at once, so a lone ask is not delayed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from five_actors.errors import ActorDown
+
+
+def bearer_token(request: web.Request) -> str | None:
+    """The token of an `Authorization: Bearer TOKEN` header, if there is one."""
+    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+def token_matches(request: web.Request, token: str) -> bool:
+    """Whether the request carries `token` (compared in constant time)."""
+    given = bearer_token(request)
+    return given is not None and hmac.compare_digest(given.encode(), token.encode())
+
+
+def close_message(reason: str) -> bytes:
+    # A close frame's payload is at most 125 bytes, two of them the code.
+    return reason.encode()[:120]
+
+
+class Link:
+    """One open websocket to a peer node, with its counters and its send batch.
+
+    Frames queued in one turn of the event loop go out as one websocket message (fewer
+    syscalls and frame headers); a sender waits while the batch is full and the socket is
+    slow to drain, which is the link's backpressure.
+    """
+
+    BATCH_FRAMES = 256
+    """Most frames in one websocket message."""
+    BATCH_BYTES = 256 * 1024
+    """Frames above this size are sent alone, and a batch stops growing at it."""
+
+    def __init__(
+        self,
+        ws: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
+        peer: str,
+        url: str,
+        outbound: bool,
+        incarnation: str,
+        max_bytes: int,
+    ) -> None:
+        self.ws = ws
+        self.peer = peer
+        self.url = url
+        self.outbound = outbound
+        self.since = time.time()
+        self.frames_in = 0
+        self.frames_out = 0
+        self.closed = asyncio.get_running_loop().create_future()
+        """Resolves with the reason when the link is gone."""
+        self.replaced = False
+        self.incarnation = incarnation
+        """The peer's incarnation, from its hello: a new one means the peer restarted."""
+        self.max_bytes = max_bytes
+        """Largest websocket message both ends accept: no frame or batch is bigger."""
+        self._batch: list[bytes] = []
+        self._batch_bytes = 0
+        self._room = asyncio.Event()
+        self._room.set()
+        self._writer: asyncio.Task[None] | None = None
+        """Runs while the batch has frames; None means the batch is empty."""
+        self._wrote_this_turn = False
+
+    @property
+    def is_up(self) -> bool:
+        return not self.closed.done()
+
+    async def send(self, frame: bytes) -> None:
+        """Send one frame, waiting while the batch is full or the socket drains (backpressure)."""
+        if self.closed.done():
+            raise ActorDown(f"link to node {self.peer} is down ({self.closed.result()})")
+        if self._writer is None and not self._wrote_this_turn:
+            # The first frame of a loop turn on an idle link goes out at once (an ask's latency);
+            # frames that follow it in the same turn are batched by the writer.
+            self._wrote_this_turn = True
+            asyncio.get_running_loop().call_soon(self._end_turn)
+            self.frames_out += 1
+            try:
+                await self.ws.send_bytes(frame)
+            except (ConnectionError, RuntimeError) as exc:
+                self.mark_closed(f"send failed: {exc}")
+                raise ActorDown(f"link to node {self.peer} lost while sending: {exc}") from None
+            return
+        self.post(frame)
+        if not self._room.is_set():
+            await self._room.wait()
+        if self.closed.done():
+            raise ActorDown(f"link to node {self.peer} is down ({self.closed.result()})")
+
+    def _end_turn(self) -> None:
+        self._wrote_this_turn = False
+
+    def post(self, frame: bytes) -> None:
+        """Queue one frame without waiting (for synchronous callers such as reply callbacks).
+
+        On a closed link the frame is dropped: the peer fails its own pending asks and watches
+        when it sees the link go.
+        """
+        if self.closed.done():
+            return
+        self.frames_out += 1
+        self._batch.append(frame)
+        self._batch_bytes += len(frame)
+        if len(self._batch) >= self.BATCH_FRAMES or self._batch_bytes >= self.BATCH_BYTES:
+            self._room.clear()
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._write(), name=f"link:{self.peer}:writer")
+
+    async def _write(self) -> None:
+        try:
+            while self._batch and not self.closed.done():
+                batch, self._batch, self._batch_bytes = self._batch, [], 0
+                self._room.set()
+                small: list[bytes] = []
+                small_bytes = 0
+                for frame in batch:
+                    if small and (len(frame) >= self.BATCH_BYTES or small_bytes + len(frame) > self.max_bytes):
+                        await self.ws.send_bytes(b"".join(small))
+                        small, small_bytes = [], 0
+                    if len(frame) >= self.BATCH_BYTES:
+                        await self.ws.send_bytes(frame)
+                    else:
+                        small.append(frame)
+                        small_bytes += len(frame)
+                if small:
+                    await self.ws.send_bytes(b"".join(small) if len(small) > 1 else small[0])
+        except (ConnectionError, RuntimeError) as exc:
+            # The reader sees the same loss and runs the link-lost handling; drop what is queued.
+            self.mark_closed(f"send failed: {exc}")
+        finally:
+            self._writer = None
+
+    def mark_closed(self, reason: str) -> None:
+        if not self.closed.done():
+            self.closed.set_result(reason)
+        self._batch.clear()
+        self._room.set()
+
+    def info(self) -> dict[str, Any]:
+        """What /actors shows about this link."""
+        return {
+            "peer": self.peer,
+            "url": self.url,
+            "state": "up" if self.is_up else "down",
+            "direction": "outbound" if self.outbound else "inbound",
+            "since": self.since,
+            "frames_in": self.frames_in,
+            "frames_out": self.frames_out,
+        }
+
+
+def normalise_url(url: str) -> str:
+    """`ws://host:port` for any of `ws://`, `http://` or bare `host:port`, without a trailing / or /ws."""
+    url = url.strip().rstrip("/")
+    url = url.removesuffix("/ws")
+    if url.startswith("http://"):
+        url = "ws://" + url[len("http://"):]
+    elif url.startswith("https://"):
+        url = "wss://" + url[len("https://"):]
+    elif "://" not in url:
+        url = "ws://" + url
+    return url

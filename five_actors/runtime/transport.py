@@ -1,0 +1,515 @@
+"""Links between nodes: websockets carrying wire frames, and the router that uses them.
+
+A link is opened by GET /ws with `Authorization: Bearer TOKEN`; a wrong or missing token gets
+401 before any websocket exists. Then the connecting side sends a hello (its node id, listen
+URL and the nodes it knows) and the accepting side answers with its own. After that both
+sides read frames until the link closes; a lost link fails the peer's pending asks with
+ActorDown and delivers "link_lost" to everyone watching the peer's actors. An outbound link
+opened with `connect` is kept: when it drops it is reopened with jittered exponential
+backoff. A node sends to a node it knows of but has no link to by connecting on demand.
+
+At most one link per pair of nodes is kept: when both connect at once, the link opened by the
+node with the smaller id wins on both sides, so neither fires a spurious `link_lost`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import structlog
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from five_actors.errors import ActorDown, LinkError, TokenRefused, WireError
+from five_actors.runtime import wire
+from five_actors.runtime.actor import ActorSystem, Reply, split_address
+from five_actors.runtime.config import NodeConfig
+from five_actors.runtime.link import Link, bearer_token, close_message, normalise_url, token_matches
+
+log = structlog.get_logger("five_actors.runtime")
+
+
+class Transport:
+    """The links of one node and the RemoteRouter that sends over them."""
+
+    def __init__(self, system: ActorSystem, token: str, config: NodeConfig) -> None:
+        self.system = system
+        self.node_id = system.node_id
+        self._prefix = f"{self.node_id}/"
+        self.token = token
+        self.config = config
+        self.url = ""
+        """This node's listen URL (set by the node once its server is up)."""
+        self.limits = wire.WireLimits(config.max_message_bytes, config.max_arrays_per_message, config.max_nesting_depth)
+        self.links: dict[str, Link] = {}
+        self.known: dict[str, str] = {}
+        """Node id -> listen URL of every node this one has heard of."""
+        self._ids = itertools.count(1)
+        self._pending: dict[int, tuple[str, Reply]] = {}
+        self._pending_ids: dict[Reply, int] = {}
+        self._watches: dict[int, tuple[str, str, Callable[[str], None]]] = {}
+        self._served_watches: dict[tuple[str, int], Callable[[], None]] = {}
+        self._connecting: dict[str, asyncio.Task[Link]] = {}
+        self._keepers: dict[str, asyncio.Task[None]] = {}
+        self._keeper_state: dict[str, dict[str, Any]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._session: aiohttp.ClientSession | None = None
+        self._closing = False
+        self.incarnation = secrets.token_hex(8)
+        """Differs each time a node starts: a peer back under the same id is a new peer."""
+
+    # -- the RemoteRouter side ------------------------------------------------------------
+
+    async def send(self, address: str, msg: Any, reply: Reply | None, sender: str | None) -> None:
+        """Send a tell (reply None) or an ask to an actor on another node."""
+        node = address.partition("/")[0]
+        link = await self._link_for(node)
+        if reply is None:
+            await link.send(wire.encode("tell", to=address, sender=sender, body=msg, max_bytes=link.max_bytes))
+            return
+        id_ = next(self._ids)
+        frame = wire.encode("ask", to=address, sender=sender, id=id_, body=msg, max_bytes=link.max_bytes)
+        self._pending[id_] = (node, reply)
+        self._pending_ids[reply] = id_
+        try:
+            await link.send(frame)
+        except ActorDown:
+            self._forget(id_)
+            raise
+
+    def cancel(self, reply: Reply) -> None:
+        """The asker stopped waiting: drop its pending entry."""
+        id_ = self._pending_ids.get(reply)
+        if id_ is not None:
+            self._forget(id_)
+
+    def _forget(self, id_: int) -> Reply | None:
+        entry = self._pending.pop(id_, None)
+        if entry is None:
+            return None
+        self._pending_ids.pop(entry[1], None)
+        return entry[1]
+
+    def watch(self, address: str, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call `callback(reason)` once when the remote actor exits or its link is lost."""
+        node = split_address(address)[0]
+        id_ = next(self._ids)
+        self._watches[id_] = (node, address, callback)
+        frame = wire.encode("watch", to=address, id=id_)
+        link = self.links.get(node)
+        if link is not None and link.is_up:
+            link.post(frame)
+        else:
+            self._spawn(self._watch_via_new_link(node, id_, frame))
+
+        def unwatch() -> None:
+            if self._watches.pop(id_, None) is not None:
+                current = self.links.get(node)
+                if current is not None:
+                    current.post(wire.encode("unwatch", to=address, id=id_))
+
+        return unwatch
+
+    async def _watch_via_new_link(self, node: str, id_: int, frame: bytes) -> None:
+        try:
+            link = await self._link_for(node)
+        except ActorDown:
+            self._fire_watch(id_, "link_lost")
+            return
+        link.post(frame)
+
+    def _fire_watch(self, id_: int, reason: str) -> None:
+        entry = self._watches.pop(id_, None)
+        if entry is not None:
+            entry[2](reason)
+
+    async def _link_for(self, node: str) -> Link:
+        link = self.links.get(node)
+        if link is not None and link.is_up:
+            return link
+        url = self.known.get(node)
+        if url is None:
+            raise ActorDown(f"node {node!r} is not known to node {self.node_id!r} (no link, no URL)")
+        state = self._keeper_state.get(url)
+        if state is not None and state["state"] == "reconnecting":
+            raise ActorDown(f"node {node!r} is unreachable: its link is down and reconnecting ({state['reason']})")
+        try:
+            return await self.connect(url)
+        except (LinkError, OSError, asyncio.TimeoutError) as exc:
+            raise ActorDown(f"node {node!r} at {url} is unreachable: {exc}") from None
+
+    # -- opening links --------------------------------------------------------------------
+
+    async def connect(self, url: str) -> Link:
+        """Open (or reuse) a link to the node listening at `url`; one attempt, no retries."""
+        url = normalise_url(url)
+        for link in self.links.values():
+            if link.url == url and link.is_up:
+                return link
+        task = self._connecting.get(url)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._open(url), name=f"link:connect:{url}")
+            self._connecting[url] = task
+            task.add_done_callback(lambda _: self._connecting.pop(url, None))
+        return await asyncio.shield(task)
+
+    async def keep(self, url: str) -> Link:
+        """Connect to `url` now and reconnect with backoff whenever that link drops."""
+        url = normalise_url(url)
+        link = await self.connect(url)
+        if url not in self._keepers:
+            self._keeper_state[url] = {"state": "up", "reason": "", "since": time.time(), "peer": link.peer}
+            self._keepers[url] = self._spawn(self._keep(url, link))
+        return link
+
+    async def _keep(self, url: str, link: Link) -> None:
+        state = self._keeper_state[url]
+        while not self._closing:
+            current = self.links.get(link.peer)
+            if current is not None and current.is_up:
+                link = current
+                await asyncio.shield(link.closed)
+                continue
+            state.update(state="reconnecting", reason=link.closed.result() if link.closed.done() else "no link", since=time.time())
+            delay = self.config.reconnect_min_s
+            while not self._closing:
+                # Full jitter in [delay/2, delay]: peers that lost the same node do not retry in step.
+                await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+                try:
+                    link = await self.connect(url)
+                    break
+                except (LinkError, OSError, asyncio.TimeoutError) as exc:
+                    state["reason"] = str(exc) or type(exc).__name__
+                    delay = min(delay * 2, self.config.reconnect_max_s)
+            state.update(state="up", reason="", since=time.time(), peer=link.peer)
+
+    async def _open(self, url: str) -> Link:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        try:
+            ws = await asyncio.wait_for(
+                self._session.ws_connect(
+                    f"{url}/ws",
+                    headers={"Authorization": f"Bearer {self.token}"},
+                    heartbeat=self.config.heartbeat_s,
+                    max_msg_size=self.config.max_message_bytes,
+                    compress=0,
+                    autoping=True,
+                ),
+                self.config.connect_timeout_s,
+            )
+        except aiohttp.WSServerHandshakeError as exc:
+            if exc.status == 401:
+                raise TokenRefused(f"node at {url} refused the cluster token (401)") from None
+            raise LinkError(f"websocket handshake with {url} failed: {exc.status} {exc.message}") from None
+        except aiohttp.ClientError as exc:
+            raise LinkError(f"cannot reach node at {url}: {exc}") from None
+        try:
+            await ws.send_bytes(self._hello())
+            hello = await self._read_hello(ws)
+        except (LinkError, ConnectionError) as exc:
+            await ws.close(code=WSCloseCode.PROTOCOL_ERROR, message=close_message(str(exc)))
+            raise LinkError(f"handshake with {url} failed: {exc}") from None
+        link = self._add_link(ws, hello, outbound=True)
+        if link.ws is ws:
+            self._spawn(self._serve(link))
+        return link
+
+    async def handle_ws(self, request: web.Request) -> web.StreamResponse:
+        """GET /ws: check the token, exchange hellos, then serve the link until it closes."""
+        if not token_matches(request, self.token):
+            reason = "missing token" if bearer_token(request) is None else "wrong token"
+            log.warning("link_refused", peer=request.remote, reason=reason)
+            return web.json_response({"error": "unauthorized", "message": f"{reason}: /ws needs 'Authorization: Bearer TOKEN' with the cluster token"}, status=401)
+        ws = web.WebSocketResponse(heartbeat=self.config.heartbeat_s, max_msg_size=self.config.max_message_bytes, compress=False)
+        await ws.prepare(request)
+        try:
+            hello = await self._read_hello(ws)
+        except LinkError as exc:
+            log.warning("link_refused", peer=request.remote, reason=str(exc))
+            await ws.close(code=WSCloseCode.PROTOCOL_ERROR, message=close_message(str(exc)))
+            return ws
+        await ws.send_bytes(self._hello())
+        link = self._add_link(ws, hello, outbound=False)
+        if link.ws is ws:
+            await self._serve(link)
+        return ws
+
+    def _hello(self) -> bytes:
+        known = {node: url for node, url in self.known.items() if node != self.node_id}
+        body = {"node": self.node_id, "url": self.url, "known": known, "incarnation": self.incarnation, "max_message_bytes": self.config.max_message_bytes}
+        return wire.encode("hello", body=body)
+
+    async def _read_hello(self, ws: Any) -> dict[str, Any]:
+        try:
+            msg = await ws.receive(timeout=self.config.connect_timeout_s)
+        except asyncio.TimeoutError:
+            raise LinkError(f"no hello within {self.config.connect_timeout_s:g}s") from None
+        if msg.type != WSMsgType.BINARY:
+            raise LinkError(f"expected a binary hello frame, got {msg.type.name}")
+        try:
+            env = wire.decode(msg.data, self.limits)
+        except WireError as exc:
+            raise LinkError(f"bad hello frame: {exc}") from None
+        body = env.body
+        if env.kind != "hello" or not isinstance(body, dict):
+            raise LinkError(f"expected a hello frame first, got {env.kind!r}")
+        node, url, known = body.get("node"), body.get("url"), body.get("known", {})
+        if not isinstance(node, str) or not node or "/" in node:
+            raise LinkError(f"hello must name the peer's node id (a non-empty string without '/'), got {node!r}")
+        if node == self.node_id:
+            raise LinkError(f"peer claims this node's own id {node!r}")
+        if not isinstance(url, str) or not isinstance(known, dict):
+            raise LinkError("hello 'url' must be a string and 'known' a map of node id to URL")
+        return body
+
+    def _add_link(self, ws: Any, hello: dict[str, Any], outbound: bool) -> Link:
+        peer: str = hello["node"]
+        url = normalise_url(hello["url"]) if hello["url"] else ""
+        peer_max = hello.get("max_message_bytes")
+        max_bytes = min(self.config.max_message_bytes, peer_max if type(peer_max) is int and peer_max > 0 else self.config.max_message_bytes)
+        link = Link(ws, peer, url, outbound, str(hello.get("incarnation", "")), max_bytes)
+        existing = self.links.get(peer)
+        if existing is not None and existing.is_up and existing.incarnation != link.incarnation:
+            # The peer restarted before its old link was seen to drop (a half-open socket):
+            # its old actors are gone, so their watchers and askers must hear it.
+            self._link_lost(existing, "peer restarted")
+            self._spawn(existing.ws.close(code=WSCloseCode.GOING_AWAY, message=b"peer restarted"))
+        elif existing is not None and existing.is_up:
+            if self._initiator(existing) == min(self.node_id, peer) != self._initiator(link):
+                self._spawn(ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"duplicate link"))
+                return existing
+            existing.replaced = True
+            existing.mark_closed("replaced by a newer link")
+            self._spawn(existing.ws.close(code=WSCloseCode.GOING_AWAY, message=b"replaced by a newer link"))
+        self.links[peer] = link
+        new_nodes = self._learn(peer, url, hello.get("known", {}))
+        log.info("link_up", peer=peer, url=url, direction="outbound" if outbound else "inbound")
+        if new_nodes:
+            for other in self.links.values():
+                if other is not link:
+                    other.post(self._hello())
+        return link
+
+    def _initiator(self, link: Link) -> str:
+        return self.node_id if link.outbound else link.peer
+
+    def _learn(self, peer: str, url: str, known: dict[Any, Any]) -> bool:
+        """Merge a hello's URLs; True when this node learned a node or URL it did not know."""
+        changed = False
+        for node, node_url in [(peer, url), *known.items()]:
+            if isinstance(node, str) and isinstance(node_url, str) and node_url and node != self.node_id:
+                node_url = normalise_url(node_url)
+                if self.known.get(node) != node_url:
+                    self.known[node] = node_url
+                    changed = True
+        return changed
+
+    # -- serving a link -------------------------------------------------------------------
+
+    async def _serve(self, link: Link) -> None:
+        ws = link.ws
+        reason = "closed"
+        clean = False
+        try:
+            while True:
+                msg = await ws.receive()
+                if msg.type == WSMsgType.BINARY:
+                    for item in wire.decode_batch(msg.data, self.limits):
+                        link.frames_in += 1
+                        if isinstance(item, wire.Rejected):
+                            self._reject(link, item.error, item.id)
+                        elif item.kind != "tell" or not self._tell_nowait(link, item):
+                            await self._on_frame(link, item)
+                elif msg.type == WSMsgType.TEXT:
+                    self._reject(link, WireError("text frames are not accepted: links carry binary msgpack frames"), None)
+                elif msg.type == WSMsgType.ERROR:
+                    error = ws.exception()
+                    if isinstance(error, aiohttp.WebSocketError):  # e.g. over max_message_bytes: aiohttp closed the link
+                        reason = f"protocol error: {error}"
+                        log.warning("frame_rejected", peer=link.peer, reason=reason)
+                    else:
+                        reason = f"{type(error).__name__}: {error}" if error else "connection error"
+                    break
+                else:
+                    code = ws.close_code
+                    extra = msg.extra if msg.type == WSMsgType.CLOSE and msg.extra else ""
+                    reason = f"closed by peer ({code}{': ' + extra if extra else ''})" if msg.type == WSMsgType.CLOSE else "connection lost"
+                    clean = code == WSCloseCode.GOING_AWAY
+                    break
+        except asyncio.CancelledError:
+            reason = "node stopping"
+            raise
+        finally:
+            if not ws.closed:
+                await asyncio.shield(ws.close(code=WSCloseCode.GOING_AWAY, message=close_message(reason)))
+            self._link_lost(link, reason, clean)
+
+    def _reject(self, link: Link, error: WireError, request_id: int | None) -> None:
+        log.warning("frame_rejected", peer=link.peer, reason=str(error), id=request_id)
+        link.post(wire.encode_error(error, request_id))
+
+    async def _on_frame(self, link: Link, env: wire.Envelope) -> None:
+        kind = env.kind
+        if kind == "tell" or kind == "ask":
+            await self._deliver(link, env)
+        elif kind == "reply":
+            reply = self._forget(env.id)  # type: ignore[arg-type]
+            if reply is not None:
+                reply(env.body, None)
+        elif kind == "error":
+            reply = self._forget(env.id) if env.id is not None else None
+            try:
+                error = wire.decode_error(env.body)
+            except WireError as exc:
+                self._reject(link, exc, None)
+                return
+            if reply is not None:
+                reply(None, error)
+            else:
+                log.warning("frame_refused_by_peer", peer=link.peer, reason=str(error))
+        elif kind == "watch":
+            self._serve_watch(link, env)
+        elif kind == "unwatch":
+            unwatch = self._served_watches.pop((link.peer, env.id), None)  # type: ignore[arg-type]
+            if unwatch is not None:
+                unwatch()
+        elif kind == "down":
+            self._fire_watch(env.id, env.body if isinstance(env.body, str) else "unknown")  # type: ignore[arg-type]
+        elif kind == "hello" and isinstance(env.body, dict) and env.body.get("node") == link.peer:
+            known = env.body.get("known")
+            self._learn(link.peer, link.url, known if isinstance(known, dict) else {})
+        else:
+            self._reject(link, WireError(f"unexpected {kind} frame on an open link"), None)
+
+    def _check_local(self, address: str) -> None:
+        if not address.startswith(self._prefix) or len(address) == len(self._prefix):
+            raise ActorDown(f"{address!r} is not an actor address on node {self.node_id}: links do not forward")
+
+    def _tell_nowait(self, link: Link, env: wire.Envelope) -> bool:
+        """Deliver a tell without a coroutine (the common case); False when the mailbox is full."""
+        to: str = env.to  # type: ignore[assignment]
+        try:
+            self._check_local(to)
+            return self.system.deliver_nowait(to[len(self.node_id):], env.body, env.sender)
+        except ActorDown as exc:
+            log.info("message_dropped", peer=link.peer, to=to, type=env.type, reason=str(exc))
+            return True
+
+    async def _deliver(self, link: Link, env: wire.Envelope) -> None:
+        to: str = env.to  # type: ignore[assignment]
+        if env.kind == "tell":
+            try:
+                self._check_local(to)
+                await self.system.deliver(to, env.body, None, env.sender)
+            except ActorDown as exc:
+                log.info("message_dropped", peer=link.peer, to=to, type=env.type, reason=str(exc))
+            return
+        peer, id_ = link.peer, env.id
+        answered = False
+
+        def reply(result: Any, error: BaseException | None) -> None:
+            nonlocal answered
+            if answered:
+                return
+            answered = True
+            unwatch()
+            current = self.links.get(peer)
+            if current is None:
+                return  # the asker's node is gone; it has failed this ask itself
+            if error is None:
+                try:
+                    frame = wire.encode("reply", id=id_, body=result, max_bytes=current.max_bytes)
+                except WireError as exc:
+                    frame = wire.encode_error(WireError(f"{to} replied with a value that cannot be sent: {exc}"), id_)
+            else:
+                frame = wire.encode_error(error, id_)
+            current.post(frame)
+
+        def unwatch() -> None:
+            pass
+
+        try:
+            self._check_local(to)
+        except ActorDown as exc:
+            reply(None, exc)
+            return
+        # Answer ActorDown if the actor dies while handling this ask; `answered` keeps it to one reply.
+        unwatch = self.system.watch_address(to, lambda reason: reply(None, ActorDown(f"{to} is down ({reason})")))
+        await self.system.deliver(to, env.body, reply, env.sender)
+
+    def _serve_watch(self, link: Link, env: wire.Envelope) -> None:
+        peer, id_, to = link.peer, env.id, env.to
+
+        def notify(reason: str) -> None:
+            self._served_watches.pop((peer, id_), None)  # type: ignore[arg-type]
+            current = self.links.get(peer)
+            if current is not None:
+                current.post(wire.encode("down", sender=to, id=id_, body=reason))
+
+        try:
+            self._check_local(to)  # type: ignore[arg-type]
+        except ActorDown:
+            notify("noproc")
+            return
+        self._served_watches[(peer, id_)] = self.system.watch_address(to, notify)  # type: ignore[arg-type, index]
+
+    def _link_lost(self, link: Link, reason: str, clean: bool = False) -> None:
+        """Forget the link; fail the peer's pending asks and watches. `clean`: the peer said it was going."""
+        link.mark_closed(reason)
+        if link.replaced or self.links.get(link.peer) is not link:
+            return
+        del self.links[link.peer]
+        if clean or self._closing:
+            log.info("link_down", peer=link.peer, reason=reason)
+        else:
+            log.warning("link_down", peer=link.peer, reason=reason)
+        peer = link.peer
+        for id_ in [i for i, (node, _) in self._pending.items() if node == peer]:
+            reply = self._forget(id_)
+            if reply is not None:
+                reply(None, ActorDown(f"link to node {peer} lost ({reason})"))
+        for id_ in [i for i, (node, _, _) in self._watches.items() if node == peer]:
+            self._fire_watch(id_, "link_lost")
+        for key in [k for k in self._served_watches if k[0] == peer]:
+            self._served_watches.pop(key)()
+
+    # -- introspection and shutdown -------------------------------------------------------
+
+    def link_info(self) -> list[dict[str, Any]]:
+        """Every link (and every kept link that is reconnecting), for /actors."""
+        rows = [link.info() for link in self.links.values()]
+        up_urls = {link.url for link in self.links.values()}
+        for url, state in self._keeper_state.items():
+            if state["state"] != "up" and url not in up_urls:
+                rows.append({"peer": state["peer"], "url": url, "state": state["state"], "direction": "outbound",
+                             "since": state["since"], "frames_in": 0, "frames_out": 0, "reason": state["reason"]})
+        return rows
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def close(self) -> None:
+        """Close every link (peers see "node stopping") and stop reconnecting."""
+        self._closing = True
+        for task in self._keepers.values():
+            task.cancel()
+        for link in list(self.links.values()):
+            self._link_lost(link, "node stopping")
+            if not link.ws.closed:
+                await link.ws.close(code=WSCloseCode.GOING_AWAY, message=b"node stopping")
+        tasks = [t for t in self._tasks if not t.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()

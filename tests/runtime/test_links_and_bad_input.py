@@ -1,0 +1,248 @@
+"""Links between real nodes over loopback websockets: the token, bad frames, limits, routing."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import msgpack
+import numpy as np
+import pytest
+from aiohttp import WSMsgType, web
+from conftest import TOKEN, NodeFactory
+from peer_node import Crash, Echo, Ping
+from structlog.testing import capture_logs
+
+from five_actors.errors import ActorDown, RemoteError, TokenRefused, WireError
+from five_actors.runtime import wire
+from five_actors.runtime.actor import Actor, Down
+from five_actors.runtime.node import Node, require_token
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+class Refuser(Actor):
+    """Refuses every Ping with a FiveActorsError."""
+
+    async def on_ping(self, msg: Ping) -> None:
+        raise WireError(f"refusing ping {msg.n}")
+
+
+async def _raw_client(session: aiohttp.ClientSession, node: Node, hello: bool = True) -> aiohttp.ClientWebSocketResponse:
+    ws = await session.ws_connect(f"{node.url}/ws", headers=AUTH)
+    if hello:
+        await ws.send_bytes(wire.encode("hello", body={"node": "raw", "url": "", "known": {}}))
+        reply = wire.decode((await ws.receive()).data)
+        assert reply.kind == "hello" and reply.body["node"] == node.node_id
+    return ws
+
+
+async def _still_serves(make_node: NodeFactory, node: Node, name: str) -> None:
+    other = await make_node(name)
+    await other.connect(node.url)
+    assert (await other.ask(f"{node.node_id}/echo", Ping(5))).n == 5
+
+
+async def test_remote_ask_tell_and_errors_between_two_nodes(make_node: NodeFactory) -> None:
+    a, b = await make_node("a"), await make_node("b")
+    b.system.spawn(Echo(), "/echo")
+    b.system.spawn(Refuser(), "/refuser")
+    assert await a.connect(b.url) == "b"
+    got = await a.ask("b/echo", Ping(1, np.arange(1000, dtype=np.float32)))
+    np.testing.assert_array_equal(got.payload, np.arange(1000, dtype=np.float32))
+    with pytest.raises(RemoteError, match="WireError: refusing ping 2"):
+        await a.ask("b/refuser", Ping(2))
+    with pytest.raises(ActorDown, match="no actor running at b/nobody"):
+        await a.ask("b/nobody", Ping(3))
+    with pytest.raises(ActorDown, match="b/echo is down \\(RuntimeError: boom\\)"):
+        await a.ask("b/echo", Crash("boom"))
+    with pytest.raises(ActorDown, match="node 'c' is not known"):
+        await a.ask("c/echo", Ping(4))
+    links = {row["peer"]: row for row in a.links()}
+    assert links["b"]["state"] == "up" and links["b"]["frames_out"] == 4 and links["b"]["frames_in"] == 4
+
+
+async def test_a_message_over_the_size_limit_is_refused_to_the_sender_and_the_link_stays(make_node: NodeFactory) -> None:
+    a, b = await make_node("a", max_message_bytes=64 * 1024), await make_node("b")
+    b.system.spawn(Echo(), "/echo")
+    await a.connect(b.url)
+    with pytest.raises(WireError, match="over the limit of 65536 bytes \\(node.max_message_bytes\\)"):
+        await a.ask("b/echo", Ping(1, np.zeros(100_000, dtype=np.uint8)))
+    assert (await a.ask("b/echo", Ping(2))).n == 2
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}])
+async def test_ws_without_the_token_gets_401_and_no_link(make_node: NodeFactory, headers: dict[str, str]) -> None:
+    node = await make_node("a")
+    with capture_logs() as logs:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"http://127.0.0.1:{node.port}/ws", headers=headers) as resp:
+                assert resp.status == 401
+                assert "cluster token" in (await resp.json())["message"]
+    assert [e["event"] for e in logs if e["event"] == "link_refused"] == ["link_refused"]
+    assert node.links() == []
+
+
+async def test_a_node_with_the_wrong_token_cannot_connect(make_node: NodeFactory) -> None:
+    a = await make_node("a")
+    intruder = Node("intruder", "not-the-token")
+    try:
+        with pytest.raises(TokenRefused, match="refused the cluster token"):
+            await intruder.connect(a.url)
+    finally:
+        await intruder.stop()
+    assert a.links() == []
+
+
+async def test_require_token_answers_401_and_never_runs_the_handler(make_node: NodeFactory) -> None:
+    calls: list[str] = []
+
+    @require_token
+    async def control(request: web.Request) -> web.Response:
+        calls.append(request.path)
+        return web.json_response({"ok": True})
+
+    node = Node("ctl", TOKEN)
+    node.add_routes([web.post("/control", control)])
+    await node.start()
+    try:
+        url = f"http://127.0.0.1:{node.port}/control"
+        async with aiohttp.ClientSession() as session:
+            with capture_logs() as logs:
+                for headers in ({}, {"Authorization": "Bearer nope"}):
+                    async with session.post(url, headers=headers) as resp:
+                        assert resp.status == 401 and (await resp.json())["error"] == "unauthorized"
+            assert calls == []
+            assert [(e["event"], e["route"]) for e in logs if e["event"] == "http_unauthorized"] == [("http_unauthorized", "/control")] * 2
+            async with session.post(url, headers=AUTH) as resp:
+                assert resp.status == 200
+        assert calls == ["/control"]
+    finally:
+        await node.stop()
+
+
+def _ask_frame(**fields: object) -> bytes:
+    env = {"v": 1, "kind": "ask", "to": "a/echo", "from": None, "id": 11, "type": "Ping", "body": {"n": 1, "payload": None}}
+    env.update(fields)
+    return msgpack.packb(env, use_bin_type=True)
+
+
+BAD_INPUT = {
+    "random bytes": (b"\xc1\xff\x00 not msgpack at all", None, "not valid msgpack"),
+    "truncated msgpack": (_ask_frame()[:-4], None, "not valid msgpack"),
+    "wrong envelope": (msgpack.packb({"hello": "world"}), None, "envelope keys do not match"),
+    "unknown message type": (_ask_frame(type="NoSuchMessage"), 11, "unknown message type 'NoSuchMessage'"),
+    "array larger than its data": (
+        _ask_frame(body={"n": 1, "payload": msgpack.ExtType(1, b"\x03<f4\x01" + (10**6).to_bytes(8, "little") + b"\0" * 3 + b"\0" * 8)}),
+        11,
+        "carries 8 bytes",
+    ),
+    "object dtype": (_ask_frame(body={"n": 1, "payload": msgpack.ExtType(1, b"\x02|O\x01" + (1).to_bytes(8, "little") + b"\0" * 4 + b"\0" * 8)}), 11, "kind 'O'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUT))
+async def test_bad_frames_get_a_clear_error_a_log_line_and_the_node_serves_on(make_node: NodeFactory, case: str) -> None:
+    frame, request_id, message = BAD_INPUT[case]
+    node = await make_node("a")
+    node.system.spawn(Echo(), "/echo")
+    async with aiohttp.ClientSession() as session:
+        ws = await _raw_client(session, node)
+        with capture_logs() as logs:
+            await ws.send_bytes(frame)
+            error = wire.decode((await ws.receive()).data)
+        assert error.kind == "error" and error.id == request_id
+        assert message in error.body["message"]
+        assert [e["reason"] for e in logs if e["event"] == "frame_rejected"] == [error.body["message"]]
+        await ws.send_bytes(wire.encode("ask", to="a/echo", id=12, body=Ping(9)))
+        reply = wire.decode((await ws.receive()).data)
+        assert (reply.kind, reply.id, reply.body) == ("reply", 12, Ping(9))
+        await ws.close()
+    await _still_serves(make_node, node, "b")
+
+
+async def test_frames_over_the_limit_and_bad_hellos_close_the_link_with_a_reason(make_node: NodeFactory) -> None:
+    node = await make_node("a", max_message_bytes=4096)
+    node.system.spawn(Echo(), "/echo")
+    async with aiohttp.ClientSession() as session:
+        ws = await _raw_client(session, node)
+        with capture_logs() as logs:
+            await ws.send_bytes(b"\0" * 10_000)
+            msg = await ws.receive()
+        assert msg.type == WSMsgType.CLOSE and msg.data == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
+        assert any(e["event"] == "frame_rejected" and "10000" in e["reason"] for e in logs)
+
+        ws = await _raw_client(session, node, hello=False)
+        with capture_logs() as logs:
+            await ws.send_bytes(wire.encode("tell", to="a/echo", body=Ping(1)))
+            msg = await ws.receive()
+        assert msg.type == WSMsgType.CLOSE and msg.data == aiohttp.WSCloseCode.PROTOCOL_ERROR
+        assert "expected a hello frame first" in msg.extra
+        assert [e["event"] for e in logs] == ["link_refused"]
+
+        ws = await _raw_client(session, node, hello=False)
+        await ws.send_str("hello?")
+        msg = await ws.receive()
+        assert msg.type == WSMsgType.CLOSE and "expected a binary hello frame" in msg.extra
+    await _still_serves(make_node, node, "b")
+
+
+async def test_nodes_learn_each_other_through_a_hub_and_connect_directly(make_node: NodeFactory) -> None:
+    hub, left, right = await make_node("hub"), await make_node("left"), await make_node("right")
+    right.system.spawn(Echo(), "/echo")
+    await left.connect(hub.url)
+    await right.connect(hub.url)
+    assert (await left.ask("right/echo", Ping(7))).n == 7
+    assert {row["peer"] for row in left.links()} == {"hub", "right"}
+    assert left.known_nodes()["right"] == right.url
+
+
+async def test_nodes_connecting_to_each_other_at_once_keep_one_link(make_node: NodeFactory) -> None:
+    a, b = await make_node("a"), await make_node("b")
+    a.system.spawn(Echo(), "/echo")
+    b.system.spawn(Echo(), "/echo")
+    with capture_logs() as logs:
+        await asyncio.gather(a.connect(b.url), b.connect(a.url))
+        assert (await a.ask("b/echo", Ping(1))).n == 1
+        assert (await b.ask("a/echo", Ping(2))).n == 2
+    assert [row["peer"] for row in a.links()] == ["b"] and [row["peer"] for row in b.links()] == ["a"]
+    assert not [e for e in logs if e["event"] == "link_down"]
+
+
+class Watcher(Actor):
+    """Collects the Down messages it receives."""
+
+    def __init__(self) -> None:
+        self.downs: asyncio.Queue[Down] = asyncio.Queue()
+
+    async def on_down(self, msg: Down) -> None:
+        await self.downs.put(msg)
+
+
+async def test_a_peer_back_under_the_same_id_before_its_old_link_dropped_is_a_new_peer(make_node: NodeFactory) -> None:
+    hub, old = await make_node("hub"), await make_node("x")
+    old.system.spawn(Echo(), "/echo")
+    await old.transport.connect(hub.url)  # not kept: the old node must not reconnect once replaced
+    watcher = Watcher()
+    hub.system.spawn(watcher, "/watcher")
+    hub.system.watch(watcher.ref, hub.ref("x/echo"))
+    await hub.ask("x/echo", Ping(1))
+    new = await make_node("x")  # same node id, old link still open: as after a half-open socket
+    new.system.spawn(Echo(), "/echo")
+    await new.connect(hub.url)
+    assert await asyncio.wait_for(watcher.downs.get(), 10) == Down("x/echo", "link_lost")
+    assert (await hub.ask("x/echo", Ping(2))).n == 2
+    assert [row["url"] for row in hub.links()] == [new.url]
+
+
+async def test_the_smaller_size_limit_of_the_two_ends_applies_to_frames_and_batches(make_node: NodeFactory) -> None:
+    big, small = await make_node("big"), await make_node("small", max_message_bytes=8192)
+    small.system.spawn(Echo(), "/echo")
+    await big.connect(small.url)
+    with pytest.raises(WireError, match="over the limit of 8192 bytes"):
+        await big.ask("small/echo", Ping(1, np.zeros(10_000, dtype=np.uint8)))
+    # 500 tells in one loop turn are batched into messages the small end accepts.
+    for n in range(500):
+        await big.ref("small/echo").tell(Ping(n, np.zeros(100, dtype=np.uint8)))
+    assert (await big.ask("small/echo", Ping(7))).n == 7
+    assert [row["state"] for row in big.links()] == ["up"]

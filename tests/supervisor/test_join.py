@@ -1,0 +1,55 @@
+"""Two `five-actors` processes on this machine: a head, and a host that joins it and runs a subtree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.supervisor.cluster import Proc, actor, get, log_events, wait_until
+
+HEAD_CONFIG = """
+[tree]
+backoff = 0.1
+[[tree.children]]
+id = "ponger"
+actor = "five_actors.actors.pingpong:Ponger"
+[[tree.children]]
+id = "worker-host"
+kind = "host"
+start_timeout = 120.0
+[[tree.children.children]]
+id = "pinger"
+actor = "five_actors.actors.pingpong:Pinger"
+args = { peer = "head/root/ponger" }
+"""
+
+
+def test_a_joined_host_runs_the_subtree_the_head_assigns(tmp_path: Path) -> None:
+    config = tmp_path / "cluster.toml"
+    config.write_text(HEAD_CONFIG)
+    run_dir = tmp_path / "head-run"
+    head = Proc(["up", "--config", str(config), "--run-dir", str(run_dir), "--port", "0"], tmp_path, "head")
+    host = None
+    try:
+        port = head.wait_for_output(r"serving http://127\.0\.0\.1:(\d+)").group(1)
+        url = f"http://127.0.0.1:{port}"
+        status, body = wait_until(lambda: get(f"{url}/health"), what="/health answers")
+        assert status == 503 and any("worker-host" in p for p in body["problems"])  # no host has joined yet
+
+        host = Proc(["join", f"ws://127.0.0.1:{port}", "--token-file", str(run_dir / "token"), "--name", "worker-host",
+                     "--run-dir", str(tmp_path / "host-run")], tmp_path, "host")  # fmt: skip
+        wait_until(lambda: get(f"{url}/health")[0] == 200, what="/health 200 once the host joined")
+        view = wait_until(
+            lambda: (v := get(f"{url}/actors")[1]) and actor(v, "/root/worker-host/pinger")["status"]["progress"]["pings"] > 0 and v,
+            what="the joined host's pinger pinging the head",
+        )
+        assert actor(view, "/root/worker-host")["node"] == "worker-host"
+        assert actor(view, "/root/worker-host/pinger")["pid"] != actor(view, "/root/ponger")["pid"]
+        assert {n["node"] for n in view["nodes"]} == {"head", "worker-host"}
+        assert [e["host"] for e in log_events(run_dir, "host_joined")] == ["worker-host"]
+
+        assert head.terminate() == 0, head.err
+        assert host.terminate() == 0, host.err
+    finally:
+        head.kill()
+        if host is not None:
+            host.kill()

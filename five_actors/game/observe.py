@@ -124,6 +124,9 @@ def observe_game(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.
     best_x = np.empty(n_creep_slots)
     best_y = np.empty(n_creep_slots)
     best_k = np.empty(n_creep_slots, dtype=np.int64)
+    vuln = np.zeros(2 * sb, dtype=np.bool_)
+    for k in range(2 * sb):
+        vuln[k] = u[g, nh + k, ALIVE] > 0 and vulnerable(u, g, nh + k, nh, sb, tpl)
     tower_alive = np.zeros(2)
     for team in range(2):
         for s in range(sb - 1):
@@ -277,21 +280,19 @@ def observe_game(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.
             o[b + 5] = dy / ps
             o[b + 6] = math.sqrt(dx * dx + dy * dy) / ps
             o[b + 7] = u[g, k, HP] / u[g, k, MAXHP]
-            o[b + 8] = 1.0 if vulnerable(u, g, k, nh, sb, tpl) else 0.0
-        _masks(g, i, row, u, h, vis, obs, slot_unit, mtype, mmove, mtarget, AB, P, hps, sb, n_creep_slots,
+            o[b + 8] = 1.0 if vuln[k - nh] else 0.0
+        _masks(g, i, row, u, h, vis, vuln, obs, slot_unit, mtype, mmove, mtarget, AB, hps, sb, n_creep_slots,
                off_creep, w_creep, v2)
 
 
 @njit(cache=True)
-def _masks(g: int, i: int, row: int, u: np.ndarray, h: np.ndarray, vis: np.ndarray, obs: np.ndarray,
-           slot_unit: np.ndarray, mtype: np.ndarray, mmove: np.ndarray, mtarget: np.ndarray, AB: np.ndarray,
-           P: np.ndarray, hps: int, sb: int, n_creep_slots: int, off_creep: int, w_creep: int, v2: bool) -> None:
+def _masks(g: int, i: int, row: int, u: np.ndarray, h: np.ndarray, vis: np.ndarray, vuln: np.ndarray,
+           obs: np.ndarray, slot_unit: np.ndarray, mtype: np.ndarray, mmove: np.ndarray, mtarget: np.ndarray,
+           AB: np.ndarray, hps: int, sb: int, n_creep_slots: int, off_creep: int, w_creep: int, v2: bool) -> None:
     """Legal types, and legal targets per type. A type that does not use a head allows every
     choice of it; an illegal type that uses the target head allows only slot 0, so that every
     mask row has a legal choice."""
-    nh = 2 * hps
     team = i // hps
-    tpl = int(P[P_TPL])
     n_types = mtype.shape[1]
     mtype[row, :] = False
     mmove[row, :, :] = True
@@ -315,7 +316,7 @@ def _masks(g: int, i: int, row: int, u: np.ndarray, h: np.ndarray, vis: np.ndarr
                 mtarget[row, A_ATTACK, s_creep + c] = True
         for q in range(sb, 2 * sb):
             k = slot_unit[row, s_struct + q]
-            if u[g, k, ALIVE] > 0 and vulnerable(u, g, k, nh, sb, tpl):
+            if vuln[k - 2 * hps]:
                 mtarget[row, A_ATTACK, s_struct + q] = True
         for a in range(3):
             if h[g, i, H_CD0 + a] > 0 or u[g, i, MANA] < AB[t, a, AB_COST]:
@@ -358,5 +359,16 @@ def observe_all(u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.ndarray, 
                 hps: int, sb: int) -> None:
     """Observe every game of the batch, in parallel over games."""
     for g in prange(u.shape[0]):
+        observe_game(g, u, h, seen, gs, vis, obs, slot_unit, mtype, mmove, mtarget, P, AB, widths, n_types,
+                     hps, sb)
+
+
+@njit(cache=True)
+def observe_serial(u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.ndarray, vis: np.ndarray,
+                   obs: np.ndarray, slot_unit: np.ndarray, mtype: np.ndarray, mmove: np.ndarray,
+                   mtarget: np.ndarray, P: np.ndarray, AB: np.ndarray, widths: np.ndarray, n_types: int,
+                   hps: int, sb: int) -> None:
+    """Observe every game of the batch on this thread."""
+    for g in range(u.shape[0]):
         observe_game(g, u, h, seen, gs, vis, obs, slot_unit, mtype, mmove, mtarget, P, AB, widths, n_types,
                      hps, sb)

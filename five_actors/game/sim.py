@@ -122,7 +122,7 @@ def vulnerable(u: np.ndarray, g: int, k: int, nh: int, sb: int, tpl: int) -> boo
     base = nh + team * sb
     s = k - base
     if s == sb - 1:
-        for lane in range(sb // tpl):
+        for lane in range((sb - 1) // tpl):
             if u[g, base + lane * tpl + tpl - 1, ALIVE] == 0:
                 return True
         return False
@@ -259,7 +259,8 @@ def _npc_orders(g: int, u: np.ndarray, sc: np.ndarray, P: np.ndarray, WPTS: np.n
                         best_d = d2
                         best = v
             cur = int(u[g, k, TGT])
-            if best < 0 and cur >= 0 and u[g, cur, ALIVE] > 0:
+            # A creep slot may have been reused by an allied creep since the target was chosen.
+            if best < 0 and cur >= 0 and u[g, cur, ALIVE] > 0 and u[g, cur, TEAM] != team:
                 if (u[g, cur, X] - x) ** 2 + (u[g, cur, Y] - y) ** 2 <= r2:
                     best = cur
             if best < 0:

@@ -327,3 +327,15 @@ def step_all(actions: np.ndarray, u: np.ndarray, h: np.ndarray, gs: np.ndarray, 
     for g in prange(u.shape[0]):
         step_game(g, actions, u, h, gs, acc, sc, ev, nev, slot_unit, mtype, mmove, mtarget, illegal, rewards,
                   comps, P, HT, AB, RT, WPTS, SPOS, FOUNT)
+
+
+@njit(cache=True)
+def step_serial(actions: np.ndarray, u: np.ndarray, h: np.ndarray, gs: np.ndarray, acc: np.ndarray,
+                sc: np.ndarray, ev: np.ndarray, nev: np.ndarray, slot_unit: np.ndarray, mtype: np.ndarray,
+                mmove: np.ndarray, mtarget: np.ndarray, illegal: np.ndarray, rewards: np.ndarray,
+                comps: np.ndarray, P: np.ndarray, HT: np.ndarray, AB: np.ndarray, RT: np.ndarray,
+                WPTS: np.ndarray, SPOS: np.ndarray, FOUNT: np.ndarray) -> None:
+    """Step every game of the batch on this thread (no parallel launch, and a faster compile)."""
+    for g in range(u.shape[0]):
+        step_game(g, actions, u, h, gs, acc, sc, ev, nev, slot_unit, mtype, mmove, mtarget, illegal, rewards,
+                  comps, P, HT, AB, RT, WPTS, SPOS, FOUNT)

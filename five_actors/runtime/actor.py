@@ -38,8 +38,9 @@ def message(cls: type[T]) -> type[T]:
     """Make `cls` a frozen dataclass and register it under its class name for the wire."""
     cls = dataclasses.dataclass(frozen=True)(cls)
     existing = MESSAGE_TYPES.get(cls.__name__)
-    if existing is not None and existing.__qualname__ != cls.__qualname__:
-        raise TypeError(f"message type name {cls.__name__!r} is already registered by {existing.__module__}")
+    # The wire names a message by its class name alone, so two classes may not share one.
+    if existing is not None and (existing.__module__, existing.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise TypeError(f"message type name {cls.__name__!r} is already registered by {existing.__module__}.{existing.__qualname__}")
     MESSAGE_TYPES[cls.__name__] = cls
     return cls
 

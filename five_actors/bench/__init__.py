@@ -6,5 +6,7 @@ command prints the dict as one JSON object.
 
 BENCHMARKS: dict[str, str] = {
     "env": "five_actors.bench.env",
+    "learn": "five_actors.bench.learn",
+    "policy": "five_actors.bench.policy",
 }
 """Benchmark name -> module path."""

@@ -10,5 +10,6 @@ BENCHMARKS: dict[str, str] = {
     "supervisor": "five_actors.bench.supervisor",
     "learn": "five_actors.bench.learn",
     "policy": "five_actors.bench.policy",
+    "surgery": "five_actors.bench.surgery",
 }
 """Benchmark name -> module path."""

@@ -205,12 +205,14 @@ def _add_supervisor_parsers(commands: argparse._SubParsersAction) -> None:  # ty
 def cmd_surgery(args: argparse.Namespace) -> int:
     """Apply surgery operations to a checkpoint, verify that behaviour is kept, write the new checkpoint."""
     from five_actors.config import load_config
+    from five_actors.logs import configure_logging
     from five_actors.surgery.offline import checkpoint_surgery, format_report
     from five_actors.surgery.ops import parse_ops
 
     if args.out is None and not args.dry_run:
         raise SurgeryRejected("give --out FILE for the new checkpoint, or --dry-run to only report")
     game = load_config(args.config).game if args.config else None
+    configure_logging("surgery", None, level="warning")  # stdout carries the report only
     report = checkpoint_surgery(
         parse_ops(args.operation), args.checkpoint, None if args.dry_run else args.out, game, args.probe_steps, seed=args.seed
     )

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import structlog
 import torch
 from torch import Tensor
 
@@ -31,6 +32,8 @@ from five_actors.model.policy import MASKED_LOGIT, Policy, State
 from five_actors.model.spec import ModelSpec
 from five_actors.surgery.ops import SurgeryOp, apply
 from five_actors.surgery.state import ModelState
+
+log = structlog.get_logger("five_actors.surgery")
 
 TOLERANCE = 1e-6
 """Largest absolute difference of a probability or value a preserving surgery may cause (float32)."""
@@ -254,6 +257,16 @@ def verify(old: ModelState, new: ModelState, probes: Probes, tolerance: float = 
 
 
 def operate(ops: list[SurgeryOp], state: ModelState, probes: Probes, seed: int = 0) -> tuple[ModelState, Verification]:
-    """Apply `ops` and verify the result on `probes`; either both succeed or SurgeryRejected is raised."""
-    new = apply(ops, state, seed)
-    return new, verify(state, new, probes)
+    """Apply `ops` and verify the result on `probes`; either both succeed or SurgeryRejected is raised.
+
+    Logs `surgery` (operations, architecture before and after, the figures) or `surgery_rejected` (reason).
+    """
+    names = [str(op) for op in ops]
+    try:
+        new = apply(ops, state, seed)
+        result = verify(state, new, probes)
+    except SurgeryRejected as exc:
+        log.warning("surgery_rejected", operations=names, architecture=state.spec.hash, reason=str(exc))
+        raise
+    log.info("surgery", operations=names, architecture_from=state.spec.hash, architecture_to=new.spec.hash, **result.to_dict())
+    return new, result

@@ -83,6 +83,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from five_actors.surgery.state import ModelState
     from five_actors.surgery.verify import operate, record_probes
 
+    from five_actors.logs import configure_logging
+
+    configure_logging("bench", None, level="warning")  # stdout carries the JSON result only
     torch.set_num_threads(args.threads)
     config = _config(args.overrides)
     switch = int(args.steps * args.switch)

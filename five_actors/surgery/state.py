@@ -13,6 +13,7 @@ old weights keep their moments and new weights start with none.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,7 +48,9 @@ class ModelState:
     def of(cls, policy: Policy, optimizer: torch.optim.Optimizer | None = None, anneal: Mapping[str, float] | None = None) -> ModelState:
         """A detached copy of a live policy (and optimizer)."""
         params = {k: v.detach().clone() for k, v in policy.state_dict().items()}
-        return cls(policy.spec, params, None if optimizer is None else optimizer.state_dict(), dict(anneal or {}))
+        # state_dict() shares Adam's live tensors, which later steps change in place.
+        moments = None if optimizer is None else copy.deepcopy(optimizer.state_dict())
+        return cls(policy.spec, params, moments, dict(anneal or {}))
 
     def build_policy(self, device: str | torch.device = "cpu") -> Policy:
         """A Policy of this spec holding these parameters (loaded strictly)."""
@@ -72,7 +75,7 @@ def grow(old: Tensor, shape: Sequence[int], positions: Positions, fill: Tensor |
     """`old` placed at `positions` inside `fill` (zeros when None) of `shape`."""
     if len(shape) != old.ndim or len(positions) != old.ndim:
         raise SurgeryRejected(f"cannot grow a tensor of shape {tuple(old.shape)} to {tuple(shape)}")
-    out = torch.zeros(tuple(shape), dtype=old.dtype, device=old.device) if fill is None else fill.to(old.dtype).clone()
+    out = torch.zeros(tuple(shape), dtype=old.dtype, device=old.device) if fill is None else fill.to(old.device, old.dtype, copy=True)
     index = []
     for dim, where in enumerate(positions):
         size = old.shape[dim]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -56,6 +58,12 @@ def chunk_loss(policy: Policy, obs: torch.Tensor, masks: dict[str, torch.Tensor]
             state = out.state
     logp, entropy, value = policy.evaluate(obs, masks, torch.stack(actions), starts, policy.initial_state(rows))
     return -logp.mean() - 0.01 * entropy.mean() + (value - 1.0).square().mean()
+
+
+@pytest.fixture(scope="session")
+def loss_of_chunk() -> Callable[[Policy, torch.Tensor, dict[str, torch.Tensor], torch.Tensor], torch.Tensor]:
+    """`chunk_loss`, for tests that take one optimiser step by hand."""
+    return chunk_loss
 
 
 @pytest.fixture(scope="session")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
 from five_actors.errors import SurgeryRejected
 from five_actors.game.spec import action_spec, obs_spec
-from five_actors.surgery.ops import apply, grow_lstm_state, parse_ops
+from five_actors.surgery.ops import SurgeryOp, apply, grow_lstm_state, parse_ops
 from five_actors.surgery.state import ModelState
 from five_actors.surgery.verify import Probes, project_masks, project_obs, verify
 
@@ -26,7 +28,7 @@ PRESERVING = [
 ]
 
 
-def ops(text: str) -> list:
+def ops(text: str) -> list[SurgeryOp]:
     return parse_ops(text.split())
 
 
@@ -93,9 +95,7 @@ def test_adam_moments_carried_for_old_entries_and_zero_for_new(trained: ModelSta
     assert new.optimizer["param_groups"][0]["lr"] == trained.optimizer["param_groups"][0]["lr"]
 
 
-def test_one_adam_step_after_surgery_moves_old_weights_as_before(trained: ModelState, probes_v1: Probes) -> None:
-    from tests.surgery.conftest import chunk_loss
-
+def test_one_adam_step_after_surgery_moves_old_weights_as_before(trained: ModelState, probes_v1: Probes, loss_of_chunk: Callable[..., torch.Tensor]) -> None:
     new = apply(ops("widen-lstm 48 + add-observation self.kills + add-action blink"), trained)
     after = {}
     for state in (trained, new):
@@ -104,7 +104,7 @@ def test_one_adam_step_after_surgery_moves_old_weights_as_before(trained: ModelS
         optimizer.load_state_dict(dict(state.optimizer or {}))
         obs = torch.as_tensor(project_obs(probes_v1.obs[8:16], probes_v1.obs_spec, state.spec.obs))
         masks = project_masks(probes_v1.masks, probes_v1.action_spec, state.spec.actions)
-        loss = chunk_loss(policy, obs, {k: torch.as_tensor(v[8:16]) for k, v in masks.items()}, torch.as_tensor(probes_v1.starts[8:16]))
+        loss = loss_of_chunk(policy, obs, {k: torch.as_tensor(v[8:16]) for k, v in masks.items()}, torch.as_tensor(probes_v1.starts[8:16]))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -30,6 +30,7 @@ from five_actors.game.layout import ActionSpec, ObsSpec, Step
 from five_actors.model.baseline import Opponent, Progress, SyncTrainer
 from five_actors.model.policy import Policy
 from five_actors.model.spec import ModelSpec
+from five_actors.surgery.anneal import apply_anneal
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,7 +55,7 @@ class AnnealedEnv:
         self.action_spec: ActionSpec = env.action_spec
         self.teams, self.agents_per_team, self.num_games = env.teams, env.agents_per_team, env.num_games
         self.share = 0.0
-        self._type = env.action_spec.types.index(name)
+        self._name = name
         self._rows = policy_rows
         self._game = np.arange(env.num_rows) // (env.teams * env.agents_per_team)
 
@@ -63,8 +64,8 @@ class AnnealedEnv:
         return int(self.env.num_rows)
 
     def _mask(self, masks: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        masked = self._rows & (self._game >= round(self.share * self.num_games))
-        masks["type"][masked, self._type] = False
+        rows = self._rows
+        masks["type"][rows] = apply_anneal(masks["type"][rows], self.action_spec.types, {self._name: self.share}, self._game[rows], self.num_games)
         return masks
 
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:

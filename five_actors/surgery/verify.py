@@ -270,3 +270,18 @@ def operate(ops: list[SurgeryOp], state: ModelState, probes: Probes, seed: int =
         raise
     log.info("surgery", operations=names, architecture_from=state.spec.hash, architecture_to=new.spec.hash, **result.to_dict())
     return new, result
+
+
+def operate_all(ops: list[SurgeryOp], states: Mapping[Any, ModelState], probes: Probes, seed: int = 0) -> dict[Any, tuple[ModelState, Verification]]:
+    """The same surgery on several versions (the latest and every past one in the opponent pool): all or none.
+
+    New units get the same initial weights in every version (one seed). A version that is
+    refused refuses the whole surgery, naming the version; nothing is returned changed.
+    """
+    results = {}
+    for key, state in states.items():
+        try:
+            results[key] = operate(ops, state, probes, seed)
+        except SurgeryRejected as exc:
+            raise SurgeryRejected(f"version {key}: {exc}") from None
+    return results

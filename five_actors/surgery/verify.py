@@ -111,6 +111,8 @@ def record_probes(config: GameConfig, steps: int = 256, games: int = 2, seed: in
     from five_actors.game.env import LaneGame
     from five_actors.game.match import team_rows
 
+    if steps < 1 or games < 1:
+        raise SurgeryRejected(f"probes need at least one step of one game, got {steps} steps of {games} games")
     env = LaneGame(dataclasses.replace(config, games_per_batch=games, seed=seed))
     bots = (ScriptedBot(env.config), RandomBot(seed))
     obs, masks = env.reset(seed)

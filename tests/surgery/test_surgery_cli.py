@@ -82,3 +82,9 @@ def test_corrupt_checkpoint_is_refused(checkpoint: Path, tmp_path: Path, capsys:
 def test_out_or_dry_run_is_required(checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["surgery", "widen-lstm", "48", "--checkpoint", str(checkpoint)]) == 2
     assert "--out" in capsys.readouterr().err
+
+
+def test_no_probe_steps_is_refused(checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["surgery", "widen-lstm", "48", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "o"), "--probe-steps", "0"])
+    assert code == 2
+    assert "at least one step" in capsys.readouterr().err

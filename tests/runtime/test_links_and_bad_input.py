@@ -267,3 +267,11 @@ async def test_frames_for_addresses_that_are_not_here_get_answers_not_a_broken_l
         assert [e.body for e in answers[2:]] == ["noproc", "noproc"]
         await ws.send_bytes(wire.encode("ask", to="a/echo", id=5, body=Ping(5)))
         assert wire.decode((await ws.receive()).data).body == Ping(5)
+
+
+async def test_connecting_again_by_another_spelling_of_the_url_keeps_one_link(make_node: NodeFactory) -> None:
+    a, b = await make_node("a"), await make_node("b")
+    await a.connect(b.url)
+    assert await a.connect(f"http://localhost:{b.port}/") == "b"  # b advertises ws://127.0.0.1:PORT
+    assert await a.connect(f"http://localhost:{b.port}") == "b"
+    assert [row["peer"] for row in a.links()] == ["b"] and len(b.links()) == 1

@@ -32,7 +32,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def _log_filter(args: argparse.Namespace) -> LogFilter:
     from five_actors.logreplay import LogFilter
 
-    return LogFilter(actors=args.actor or (), events=args.event or (), since=args.since, until=args.until)
+    return LogFilter(
+        actors=args.actor or (), events=args.event or (), since=args.since, until=args.until, min_level=args.level,
+    )
 
 
 def cmd_logs_replay(args: argparse.Namespace) -> int:
@@ -77,6 +79,7 @@ def _add_logs_parser(commands: argparse._SubParsersAction) -> None:  # type: ign
         sub.add_argument("--event", action="append", metavar="NAME", help="event name or glob (repeatable)")
         sub.add_argument("--since", type=_time_arg, metavar="TIME", help="from this time: 10m, 2h, 30s ago, ISO time, HH:MM:SS")
         sub.add_argument("--until", type=_time_arg, metavar="TIME", help="up to this time (same forms as --since)")
+        sub.add_argument("--level", choices=("debug", "info", "warning", "error", "critical"), help="this level and above only")
         sub.add_argument("--json", action="store_true", help="JSON output (replay: the raw lines)")
     replay.add_argument("--follow", "-f", action="store_true", help="keep printing new lines, like tail -f (Ctrl-C stops)")
     replay.set_defaults(func=cmd_logs_replay)
@@ -107,6 +110,98 @@ def _add_replay_parser(commands: argparse._SubParsersAction) -> None:  # type: i
     replay.set_defaults(func=cmd_replay)
 
 
+def cmd_up(args: argparse.Namespace) -> int:
+    """Start the root supervisor and its tree on this host, serve HTTP, stop cleanly on Ctrl-C/SIGTERM."""
+    from five_actors.config import load_config
+    from five_actors.runtime.node import run
+    from five_actors.supervisor.main import default_run_dir, up
+
+    config = load_config(args.config, args.set or ())
+    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(config.name)
+    return run(up(config, run_dir, args.host, args.port, args.duration, sys.stdout))
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    """Print the cluster's actor tree (GET /actors) as a table, or as JSON; exit 1 when degraded."""
+    import urllib.error
+    import urllib.request
+
+    from five_actors.supervisor.progress import table
+
+    base = args.url.rstrip("/")
+    try:
+        with urllib.request.urlopen(f"{base}/actors", timeout=10) as response:
+            view = orjson.loads(response.read())
+        try:
+            with urllib.request.urlopen(f"{base}/health", timeout=10) as response:
+                status = orjson.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            status = orjson.loads(exc.read())
+    except (urllib.error.URLError, OSError) as exc:
+        raise FiveActorsError(f"cannot reach {base}: {getattr(exc, 'reason', exc)}") from None
+    if args.json:
+        sys.stdout.write(orjson.dumps({"health": status, **view}, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(table(view) + "\n")
+        sys.stdout.write(f"health: {status['status']}" + "".join(f"\n  {p}" for p in status["problems"]) + "\n")
+    return 0 if status["status"] == "ok" else 1
+
+
+def cmd_join(args: argparse.Namespace) -> int:
+    """Join a head as a host supervisor and run the children it assigns."""
+    from five_actors.runtime.node import run
+    from five_actors.supervisor.main import default_run_dir, join, read_token
+
+    if bool(args.token) == bool(args.token_file):
+        raise FiveActorsError("join needs the cluster token: give exactly one of --token-file F or --token T")
+    token = args.token or read_token(Path(args.token_file))
+    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(f"join-{args.name or 'host'}")
+    return run(join(args.url, token, args.name, args.host, args.port, run_dir, sys.stdout))
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    """Internal: the entry of an OS-process child (started by its supervisor, not by hand)."""
+    from five_actors.runtime.node import run
+    from five_actors.supervisor.main import child_node
+
+    return run(child_node(args.node_id, args.path, args.spec, args.parent, args.run_dir, args.log_level))
+
+
+def _add_supervisor_parsers(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    up = commands.add_parser("up", help="start the root supervisor and its tree on this host")
+    up.add_argument("--config", default="default", help="a config file or bundled config name (default: default)")
+    up.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. --set tree.max_restarts=5")
+    up.add_argument("--run-dir", help="where logs and the token go (default: runs/<UTC time>-<config name>/)")
+    up.add_argument("--duration", type=float, help="stop cleanly after this many seconds")
+    up.add_argument("--host", help="interface to serve HTTP and links on (default: node.host, 127.0.0.1)")
+    up.add_argument("--port", type=int, help="port to serve on (default: node.port, 8780; 0 picks a free one)")
+    up.set_defaults(func=cmd_up)
+
+    health = commands.add_parser("health", help="print the cluster's actor tree with states, restarts and rates")
+    health.add_argument("--url", default="http://127.0.0.1:8780", help="the head's HTTP address (default: %(default)s)")
+    health.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    health.set_defaults(func=cmd_health)
+
+    join = commands.add_parser("join", help="join a head as a host supervisor (needs the cluster token)")
+    join.add_argument("url", metavar="ws://HEAD:PORT", help="the head node's address")
+    join.add_argument("--token-file", help="a file holding the cluster token (the head's RUN_DIR/token)")
+    join.add_argument("--token", help="the cluster token itself")
+    join.add_argument("--name", help="this host's name and node id (default: the hostname); a host child of the same id prefers it")
+    join.add_argument("--host", default="127.0.0.1", help="interface to serve on (default: %(default)s)")
+    join.add_argument("--port", type=int, default=0, help="port to serve on (default: any free port)")
+    join.add_argument("--run-dir", help="where this host's logs go (default: runs/<UTC time>-join-<name>/)")
+    join.set_defaults(func=cmd_join)
+
+    node = commands.add_parser("node")  # internal and hidden: no help= keeps it out of the command list
+    node.add_argument("--node-id", required=True)
+    node.add_argument("--path", required=True)
+    node.add_argument("--spec", required=True)
+    node.add_argument("--parent", required=True)
+    node.add_argument("--run-dir", default="")
+    node.add_argument("--log-level", default="info")
+    node.set_defaults(func=cmd_node)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="five-actors", description="OpenAI Five-style distributed self-play training.")
     parser.add_argument("--version", action="version", version=f"five-actors {__version__}")
@@ -118,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=cmd_bench)
     _add_logs_parser(commands)
     _add_replay_parser(commands)
+    _add_supervisor_parsers(commands)
     return parser
 
 

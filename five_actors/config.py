@@ -19,6 +19,9 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 
 from five_actors.errors import ConfigError
 from five_actors.runtime.config import NodeConfig
+from five_actors.supervisor.config import TreeConfig
+from five_actors.game.config import GameConfig
+from five_actors.model.config import ModelConfig, PPOConfig
 
 T = TypeVar("T")
 
@@ -157,9 +160,16 @@ class Config:
 
     name: str = "custom"
     """The config's name, used in the run directory's name."""
-
+    tree: TreeConfig = dataclasses.field(default_factory=TreeConfig)
+    """The supervisor tree that `five-actors up` starts (five_actors.supervisor.config)."""
     node: NodeConfig = dataclasses.field(default_factory=NodeConfig)
     """This process's node: listen address, link limits, heartbeat, reconnect backoff."""
+    game: GameConfig = dataclasses.field(default_factory=GameConfig)
+    """The lane game (five_actors.game)."""
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    """The policy network's sizes and device."""
+    ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
+    """The PPO learner's hyperparameters."""
 
 
 def load_config(name: str | Path, overrides: typing.Sequence[str] = ()) -> Config:

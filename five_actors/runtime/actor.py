@@ -189,6 +189,7 @@ class _Cell:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"actor:{path}")
         self.done = asyncio.get_running_loop().create_future()
+        self.running: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def exit_if_never_ran(self, task: asyncio.Task[Any]) -> None:
         """Record the exit of a task cancelled before its first step (its `_run` never ran)."""
@@ -225,6 +226,7 @@ class _Cell:
         try:
             await self.actor.on_start()
             self.state = "running"
+            self.running.set_result(None)
             log_.info("actor_started", cls=type(self.actor).__name__)
             while True:
                 item = await self.mailbox.get()
@@ -344,6 +346,14 @@ class ActorSystem:
         """Wait until the local actor exits; returns its exit reason ("noproc" if not running)."""
         cell = self._cells.get(ref if isinstance(ref, str) else ref.path)
         return "noproc" if cell is None else await asyncio.shield(cell.done)
+
+    async def wait_started(self, ref: ActorRef | str) -> str | None:
+        """Wait until the local actor's on_start has finished: None if it is running, else its exit reason."""
+        cell = self._cells.get(ref if isinstance(ref, str) else ref.path)
+        if cell is None:
+            return "noproc"
+        await asyncio.wait([cell.running, cell.done], return_when=asyncio.FIRST_COMPLETED)
+        return cell.done.result() if cell.done.done() else None
 
     def is_alive(self, path: str) -> bool:
         return path in self._cells

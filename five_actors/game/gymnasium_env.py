@@ -1,0 +1,127 @@
+"""Any gymnasium environment as a `layout.BatchEnv`, so the model and PPO run on it unchanged.
+
+The observation (a Box, flattened) is one `self` block with one slot. A Discrete action space
+becomes the type head; a one-dimensional MultiDiscrete becomes the type head (its first
+dimension) plus one plain secondary head per further dimension, used by every type. Every
+mask is all True. Games reset automatically: on a done row `obs` is already the next
+episode's first observation, and `infos["episode_return"]` / `infos["episode_length"]`
+hold the finished episode's totals (0 on other rows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+
+from five_actors.errors import GameError
+from five_actors.game.layout import ActionHead, ActionSpec, EntityBlock, ObsSpec, Step
+
+EnvFactory = Callable[[], gym.Env]
+
+
+class GymBatchEnv:
+    """`num_envs` copies of one gymnasium environment stepped as a batch of rows (one per copy)."""
+
+    teams = 1
+    agents_per_team = 1
+
+    def __init__(self, env: str | EnvFactory, num_envs: int, seed: int = 0) -> None:
+        if num_envs < 1:
+            raise GameError(f"num_envs must be at least 1, got {num_envs}")
+        factory: EnvFactory = (lambda: gym.make(env)) if isinstance(env, str) else env
+        self.name = env if isinstance(env, str) else getattr(env, "__name__", "custom")
+        self.envs = [factory() for _ in range(num_envs)]
+        self.num_games = num_envs
+        self.seed = seed
+        space = self.envs[0].observation_space
+        if not isinstance(space, gym.spaces.Box):
+            raise GameError(f"{self.name}: observation space {space} is not supported (only Box observations are)")
+        self._obs_size = int(np.prod(space.shape))
+        self.obs_spec = ObsSpec((EntityBlock("self", 1, tuple(f"obs{i}" for i in range(self._obs_size))),))
+        self._nvec, self._start = _action_dims(self.envs[0].action_space, self.name)
+        types = tuple(f"a{i}" for i in range(self._nvec[0]))
+        heads = tuple(ActionHead(f"head{d}", int(n)) for d, n in enumerate(self._nvec[1:], start=1))
+        self.action_spec = ActionSpec(types, heads)
+        self._discrete = isinstance(self.envs[0].action_space, gym.spaces.Discrete)
+        fps = self.envs[0].metadata.get("render_fps")
+        self.seconds_per_step = 1.0 / float(fps) if fps else 1.0
+        """Game time per step, for a discount from a horizon in seconds (1 s when the env does not say)."""
+        self._returns = np.zeros(num_envs, np.float64)
+        self._lengths = np.zeros(num_envs, np.int64)
+        self._masks = {"type": np.ones((num_envs, len(types)), bool)}
+        for h in heads:
+            self._masks[h.name] = np.ones((num_envs, len(types), h.size), bool)
+
+    @property
+    def num_rows(self) -> int:
+        return self.num_games
+
+    def reset(self, seed: int | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Reset every copy (copy i seeded `seed + i`); returns the first observations and masks."""
+        base = self.seed if seed is None else seed
+        obs = np.stack([self._flat(e.reset(seed=base + i)[0]) for i, e in enumerate(self.envs)])
+        self._returns[:] = 0.0
+        self._lengths[:] = 0
+        return obs, self._copy_masks()
+
+    def step(self, actions: np.ndarray) -> Step:
+        """Apply one action per row; rows whose episode ended are reset in the same call."""
+        actions = self._check(actions)
+        rows = self.num_rows
+        obs = np.empty((rows, self._obs_size), np.float32)
+        rewards = np.empty(rows, np.float32)
+        dones = np.zeros(rows, bool)
+        truncated = np.zeros(rows, bool)
+        episode_return = np.zeros(rows, np.float32)
+        episode_length = np.zeros(rows, np.int64)
+        for i, env in enumerate(self.envs):
+            act = actions[i] + self._start
+            o, r, term, trunc, _ = env.step(int(act[0]) if self._discrete else act)
+            rewards[i] = r
+            self._returns[i] += r
+            self._lengths[i] += 1
+            if term or trunc:
+                dones[i], truncated[i] = True, bool(trunc and not term)
+                episode_return[i], episode_length[i] = self._returns[i], self._lengths[i]
+                self._returns[i], self._lengths[i] = 0.0, 0
+                o, _ = env.reset()
+            obs[i] = self._flat(o)
+        infos = {"episode_return": episode_return, "episode_length": episode_length, "truncated": truncated}
+        return Step(obs, self._copy_masks(), rewards, dones, infos)
+
+    def close(self) -> None:
+        """Close every copy."""
+        for env in self.envs:
+            env.close()
+
+    def _flat(self, obs: np.ndarray) -> np.ndarray:
+        return np.asarray(obs, np.float32).reshape(self._obs_size)
+
+    def _copy_masks(self) -> dict[str, np.ndarray]:
+        return {k: v.copy() for k, v in self._masks.items()}
+
+    def _check(self, actions: np.ndarray) -> np.ndarray:
+        actions = np.asarray(actions)
+        expected = (self.num_rows, self.action_spec.columns)
+        if actions.shape != expected:
+            raise GameError(f"{self.name}: actions have shape {actions.shape}, expected {expected}")
+        if not np.issubdtype(actions.dtype, np.integer):
+            raise GameError(f"{self.name}: actions must be integers, got dtype {actions.dtype}")
+        bad = (actions < 0) | (actions >= self._nvec)
+        if bad.any():
+            row, col = map(int, np.argwhere(bad)[0])
+            raise GameError(f"{self.name}: action column {col} of row {row} is {int(actions[row, col])}, outside 0..{int(self._nvec[col]) - 1}")
+        return actions.astype(np.int64)
+
+
+def _action_dims(space: gym.Space, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(choices per column, offset added to each column) for a supported action space."""
+    if isinstance(space, gym.spaces.Discrete):
+        return np.array([int(space.n)]), np.array([int(space.start)])
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        if space.nvec.ndim != 1:
+            raise GameError(f"{name}: MultiDiscrete action spaces must be one-dimensional, got shape {space.nvec.shape}")
+        return space.nvec.astype(np.int64), space.start.astype(np.int64)
+    raise GameError(f"{name}: action space {space} is not supported (only Discrete and MultiDiscrete are)")

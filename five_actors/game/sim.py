@@ -1,0 +1,313 @@
+"""The lane game's numba kernels that reset and advance games (observations are in observe.py).
+
+A step runs in phases so that neither team acts first: every unit decides and accumulates
+damage, heals and moves from the positions at the start of the step (scratch arrays), then
+all of it is applied, then deaths are resolved. The killing blow on a unit goes to the hero
+that hit it hardest this step (the lower index on a tie), or to nobody.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from five_actors.game.state import (
+    AB_COOLDOWN, AB_COST, AB_DURATION, AB_KIND, AB_RADIUS, AB_RANGE, AB_VALUE, ACD, AK_AREA, AK_HASTE, AK_HEAL,
+    AK_NUKE, ALIVE, A_ABILITY0, A_ABILITY2, A_ATTACK, A_MOVE, A_NOOP, A_RECALL, DMG, EV_ABILITY, EV_RECALL,
+    G_NEXTWAVE, G_WINNER, HASTE, HASTE_FACTOR, HITHERO, HP, HT_DMG, HT_DMG_GAIN, HT_HP, HT_HP_GAIN, HT_HP_REGEN,
+    HT_MANA, HT_MANA_GAIN, HT_MP_REGEN, HT_PERIOD, HT_RANGE, HT_SPEED, H_CD0, H_CDRECALL, H_GOLD, H_HPREGEN,
+    H_ITEMS, H_LEVEL, H_MPREGEN, H_PREVHPF, H_PREVMPF, H_TYPE, KIND, KIND_ANCIENT, KIND_CREEP, KIND_HERO,
+    KIND_TOWER, LANE, MANA, MAXHP, MAXMANA, NX_SCRATCH, NY_SCRATCH, PERIOD, PREVHPF, P_ANCIENT_HP,
+    P_HERO_VISION, P_HPS, P_MAP, P_RECALL_CD, P_START_GOLD, P_TOWER_DMG, P_TOWER_HP, P_TOWER_RANGE,
+    P_TOWER_VISION, P_TPL, RANGE, SC_BEST, SC_BESTDMG, SC_DMG, SC_HASTE, SC_HEAL, SC_STUN, SPEED, STUN, TEAM,
+    TGT, TIER, VISION, WP, X, Y,
+)
+
+ITEM_DAMAGE, ITEM_HEALTH, ITEM_MANA = 12.0, 150.0, 120.0
+
+
+@njit(cache=True)
+def _event(ev: np.ndarray, nev: np.ndarray, g: int, kind: int, x: float, y: float, a: float, b: float) -> None:
+    n = nev[g]
+    if n < ev.shape[1]:
+        ev[g, n, 0] = kind
+        ev[g, n, 1] = x
+        ev[g, n, 2] = y
+        ev[g, n, 3] = a
+        ev[g, n, 4] = b
+        nev[g] = n + 1
+
+
+@njit(cache=True)
+def _refresh_hero(u: np.ndarray, h: np.ndarray, g: int, i: int, HT: np.ndarray) -> None:
+    """Recompute a hero's max health, mana and damage from its level and items."""
+    t = int(h[g, i, H_TYPE])
+    lv = h[g, i, H_LEVEL] - 1.0
+    n = int(h[g, i, H_ITEMS])
+    maxhp = HT[t, HT_HP] + lv * HT[t, HT_HP_GAIN] + ((n + 1) // 3) * ITEM_HEALTH
+    maxmp = HT[t, HT_MANA] + lv * HT[t, HT_MANA_GAIN] + (n // 3) * ITEM_MANA
+    u[g, i, DMG] = HT[t, HT_DMG] + lv * HT[t, HT_DMG_GAIN] + ((n + 2) // 3) * ITEM_DAMAGE
+    if u[g, i, ALIVE] > 0:
+        u[g, i, HP] += maxhp - u[g, i, MAXHP]
+        u[g, i, MANA] += maxmp - u[g, i, MAXMANA]
+    u[g, i, MAXHP] = maxhp
+    u[g, i, MAXMANA] = maxmp
+
+
+@njit(cache=True)
+def reset_game(g: int, types: np.ndarray, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.ndarray,
+               P: np.ndarray, HT: np.ndarray, SPOS: np.ndarray, FOUNT: np.ndarray) -> None:
+    """Start game `g` afresh with hero types `types[heroes]`."""
+    hps = int(P[P_HPS])
+    nh = 2 * hps
+    sb = SPOS.shape[1]
+    tpl = int(P[P_TPL])
+    u[g] = 0.0
+    h[g] = 0.0
+    seen[g] = 0.0
+    gs[g] = 0.0
+    gs[g, G_NEXTWAVE] = 1.0
+    gs[g, G_WINNER] = -1.0
+    u[g, :, TGT] = -1.0
+    for i in range(nh):
+        team = i // hps
+        t = int(types[i])
+        h[g, i, H_TYPE] = t
+        h[g, i, H_LEVEL] = 1.0
+        h[g, i, H_GOLD] = P[P_START_GOLD]
+        h[g, i, H_PREVHPF] = 1.0
+        h[g, i, H_PREVMPF] = 1.0
+        h[g, i, H_HPREGEN] = HT[t, HT_HP_REGEN]
+        h[g, i, H_MPREGEN] = HT[t, HT_MP_REGEN]
+        u[g, i, TEAM] = team
+        u[g, i, KIND] = KIND_HERO
+        u[g, i, ALIVE] = 1.0
+        _refresh_hero(u, h, g, i, HT)
+        u[g, i, HP] = u[g, i, MAXHP]
+        u[g, i, MANA] = u[g, i, MAXMANA]
+        u[g, i, X] = FOUNT[team, 0]
+        u[g, i, Y] = FOUNT[team, 1]
+        u[g, i, RANGE] = HT[t, HT_RANGE]
+        u[g, i, PERIOD] = HT[t, HT_PERIOD]
+        u[g, i, SPEED] = HT[t, HT_SPEED]
+        u[g, i, VISION] = P[P_HERO_VISION]
+        u[g, i, PREVHPF] = 1.0
+    for team in range(2):
+        for s in range(sb):
+            k = nh + team * sb + s
+            ancient = s == sb - 1
+            u[g, k, TEAM] = team
+            u[g, k, KIND] = KIND_ANCIENT if ancient else KIND_TOWER
+            u[g, k, X] = SPOS[team, s, 0]
+            u[g, k, Y] = SPOS[team, s, 1]
+            u[g, k, MAXHP] = P[P_ANCIENT_HP] if ancient else P[P_TOWER_HP]
+            u[g, k, HP] = u[g, k, MAXHP]
+            u[g, k, ALIVE] = 1.0
+            u[g, k, DMG] = 0.0 if ancient else P[P_TOWER_DMG]
+            u[g, k, RANGE] = P[P_TOWER_RANGE]
+            u[g, k, PERIOD] = 8.0
+            u[g, k, VISION] = P[P_TOWER_VISION]
+            u[g, k, TIER] = tpl if ancient else s % tpl
+            u[g, k, LANE] = -1.0 if ancient else s // tpl
+            u[g, k, PREVHPF] = 1.0
+
+
+@njit(cache=True)
+def vulnerable(u: np.ndarray, g: int, k: int, nh: int, sb: int, tpl: int) -> bool:
+    """Whether structure `k` can be attacked: tier 0 always, a tier once the one before fell,
+    an ancient once some lane has lost all its towers."""
+    team = int(u[g, k, TEAM])
+    base = nh + team * sb
+    s = k - base
+    if s == sb - 1:
+        for lane in range((sb - 1) // tpl):
+            if u[g, base + lane * tpl + tpl - 1, ALIVE] == 0:
+                return True
+        return False
+    if s % tpl == 0:
+        return True
+    return u[g, k - 1, ALIVE] == 0
+
+
+@njit(cache=True)
+def _hit(sc: np.ndarray, g: int, target: int, attacker: int, amount: float, nh: int) -> None:
+    sc[g, target, SC_DMG] += amount
+    if attacker < nh and amount > sc[g, target, SC_BESTDMG]:
+        sc[g, target, SC_BESTDMG] = amount
+        sc[g, target, SC_BEST] = attacker
+
+
+@njit(cache=True)
+def _move_toward(u: np.ndarray, sc: np.ndarray, g: int, k: int, tx: float, ty: float, speed: float,
+                 stop_at: float) -> None:
+    dx = tx - u[g, k, X]
+    dy = ty - u[g, k, Y]
+    d = math.sqrt(dx * dx + dy * dy)
+    step = min(speed, d - stop_at)
+    if step > 0 and d > 0:
+        sc[g, k, NX_SCRATCH] = u[g, k, X] + dx / d * step
+        sc[g, k, NY_SCRATCH] = u[g, k, Y] + dy / d * step
+
+
+@njit(cache=True)
+def _hero_orders(g: int, actions: np.ndarray, u: np.ndarray, h: np.ndarray, sc: np.ndarray, ev: np.ndarray,
+                 nev: np.ndarray, slot_unit: np.ndarray, mtype: np.ndarray, mmove: np.ndarray,
+                 mtarget: np.ndarray, illegal: np.ndarray, P: np.ndarray, AB: np.ndarray,
+                 FOUNT: np.ndarray) -> None:
+    """Phase 1 for heroes: check each order against the masks it was given, then act on it."""
+    nh = 2 * int(P[P_HPS])
+    S = P[P_MAP]
+    for i in range(nh):
+        row = g * nh + i
+        a = actions[row, 0]
+        tg = actions[row, 2]
+        ok = mtype[row, a]
+        if ok and a == A_MOVE:
+            ok = mmove[row, a, actions[row, 1]]
+        if ok and (a == A_ATTACK or A_ABILITY0 <= a <= A_ABILITY2):
+            ok = mtarget[row, a, tg]
+        if not ok:
+            illegal[row] += 1
+            a = A_NOOP
+        if a == A_NOOP or u[g, i, ALIVE] == 0 or u[g, i, STUN] > 0:
+            continue
+        team = int(u[g, i, TEAM])
+        speed = u[g, i, SPEED] * (HASTE_FACTOR if u[g, i, HASTE] > 0 else 1.0)
+        x = u[g, i, X]
+        y = u[g, i, Y]
+        if a == A_MOVE:
+            d = actions[row, 1] if team == 0 else (6 - actions[row, 1]) % 8
+            ang = d * (math.pi / 4.0)
+            sc[g, i, NX_SCRATCH] = min(max(x + speed * math.cos(ang), 0.0), S)
+            sc[g, i, NY_SCRATCH] = min(max(y + speed * math.sin(ang), 0.0), S)
+            continue
+        if a == A_RECALL:
+            sc[g, i, NX_SCRATCH] = FOUNT[team, 0]
+            sc[g, i, NY_SCRATCH] = FOUNT[team, 1]
+            h[g, i, H_CDRECALL] = P[P_RECALL_CD]
+            _event(ev, nev, g, EV_RECALL, x, y, i, 0)
+            continue
+        tu = slot_unit[row, tg]
+        tx = u[g, tu, X]
+        ty = u[g, tu, Y]
+        dist = math.sqrt((tx - x) ** 2 + (ty - y) ** 2)
+        t = int(h[g, i, H_TYPE])
+        k = a - A_ABILITY0
+        reach = u[g, i, RANGE] if a == A_ATTACK else AB[t, k, AB_RANGE]
+        if dist > reach:
+            _move_toward(u, sc, g, i, tx, ty, speed, reach * 0.9)
+        elif a == A_ATTACK:
+            if u[g, i, ACD] <= 0:
+                _hit(sc, g, tu, i, u[g, i, DMG], nh)
+                u[g, i, ACD] = u[g, i, PERIOD]
+                if tu < nh:
+                    u[g, i, HITHERO] = 1.0
+        else:
+            kind = int(AB[t, k, AB_KIND])
+            value = AB[t, k, AB_VALUE]
+            u[g, i, MANA] -= AB[t, k, AB_COST]
+            h[g, i, H_CD0 + k] = AB[t, k, AB_COOLDOWN]
+            _event(ev, nev, g, EV_ABILITY, tx, ty, i, k)
+            if kind == AK_NUKE:
+                _hit(sc, g, tu, i, value, nh)
+                if tu < nh:
+                    u[g, i, HITHERO] = 1.0
+            elif kind == AK_AREA:
+                radius = AB[t, k, AB_RADIUS]
+                for v in range(u.shape[1]):
+                    kv = u[g, v, KIND]
+                    if u[g, v, ALIVE] == 0 or u[g, v, TEAM] == team or (kv != KIND_HERO and kv != KIND_CREEP):
+                        continue
+                    if (u[g, v, X] - tx) ** 2 + (u[g, v, Y] - ty) ** 2 <= radius * radius:
+                        _hit(sc, g, v, i, value, nh)
+                        sc[g, v, SC_STUN] = max(sc[g, v, SC_STUN], AB[t, k, AB_DURATION])
+                        if v < nh:
+                            u[g, i, HITHERO] = 1.0
+            elif kind == AK_HEAL:
+                sc[g, tu, SC_HEAL] += value
+            elif kind == AK_HASTE:
+                sc[g, i, SC_HASTE] = max(sc[g, i, SC_HASTE], AB[t, k, AB_DURATION])
+
+
+@njit(cache=True)
+def _npc_orders(g: int, u: np.ndarray, sc: np.ndarray, P: np.ndarray, WPTS: np.ndarray, nh: int, sb: int,
+                tpl: int) -> None:
+    """Phase 1 for towers and creeps: towers defend heroes attacked by enemy heroes, then prefer
+    their current target, creeps, heroes; creeps fight the nearest enemy they see or walk their lane."""
+    n = u.shape[1]
+    c0 = nh + 2 * sb
+    for k in range(nh, n):
+        if u[g, k, ALIVE] == 0 or u[g, k, STUN] > 0:
+            continue
+        kind = u[g, k, KIND]
+        if kind == KIND_ANCIENT:
+            continue
+        team = u[g, k, TEAM]
+        x = u[g, k, X]
+        y = u[g, k, Y]
+        reach = u[g, k, RANGE]
+        best = -1
+        if kind == KIND_TOWER:
+            r2 = reach * reach
+            best_d = 1e30
+            for v in range(nh):
+                if u[g, v, ALIVE] > 0 and u[g, v, TEAM] != team and u[g, v, HITHERO] > 0:
+                    d2 = (u[g, v, X] - x) ** 2 + (u[g, v, Y] - y) ** 2
+                    if d2 <= r2 and d2 < best_d:
+                        best_d = d2
+                        best = v
+            cur = int(u[g, k, TGT])
+            # A creep slot may have been reused by an allied creep since the target was chosen.
+            if best < 0 and cur >= 0 and u[g, cur, ALIVE] > 0 and u[g, cur, TEAM] != team:
+                if (u[g, cur, X] - x) ** 2 + (u[g, cur, Y] - y) ** 2 <= r2:
+                    best = cur
+            if best < 0:
+                for v in range(c0, n):
+                    if u[g, v, ALIVE] > 0 and u[g, v, TEAM] != team:
+                        d2 = (u[g, v, X] - x) ** 2 + (u[g, v, Y] - y) ** 2
+                        if d2 <= r2 and d2 < best_d:
+                            best_d = d2
+                            best = v
+            if best < 0:
+                for v in range(nh):
+                    if u[g, v, ALIVE] > 0 and u[g, v, TEAM] != team:
+                        d2 = (u[g, v, X] - x) ** 2 + (u[g, v, Y] - y) ** 2
+                        if d2 <= r2 and d2 < best_d:
+                            best_d = d2
+                            best = v
+            u[g, k, TGT] = best
+            if best >= 0 and u[g, k, ACD] <= 0:
+                _hit(sc, g, best, k, u[g, k, DMG], nh)
+                u[g, k, ACD] = u[g, k, PERIOD]
+            continue
+        aggro = u[g, k, VISION]
+        best_d = aggro * aggro
+        for v in range(n):
+            if u[g, v, ALIVE] == 0 or u[g, v, TEAM] == team:
+                continue
+            d2 = (u[g, v, X] - x) ** 2 + (u[g, v, Y] - y) ** 2
+            if d2 <= best_d:
+                kv = u[g, v, KIND]
+                if kv == KIND_TOWER or kv == KIND_ANCIENT:
+                    if not vulnerable(u, g, v, nh, sb, tpl):
+                        continue
+                best_d = d2
+                best = v
+        if best >= 0:
+            if best_d <= reach * reach:
+                if u[g, k, ACD] <= 0:
+                    _hit(sc, g, best, k, u[g, k, DMG], nh)
+                    u[g, k, ACD] = u[g, k, PERIOD]
+            else:
+                _move_toward(u, sc, g, k, u[g, best, X], u[g, best, Y], u[g, k, SPEED], reach * 0.9)
+        else:
+            t = int(team)
+            lane = int(u[g, k, LANE])
+            wp = int(u[g, k, WP])
+            tx = WPTS[t, lane, wp, 0]
+            ty = WPTS[t, lane, wp, 1]
+            if (tx - x) ** 2 + (ty - y) ** 2 < 1.0 and wp < WPTS.shape[2] - 1:
+                u[g, k, WP] = wp + 1
+            _move_toward(u, sc, g, k, tx, ty, u[g, k, SPEED], 0.0)

@@ -1,0 +1,155 @@
+"""The synchronous baseline: one process steps a batch of games, acts, collects 16-step chunks,
+updates with PPO, and repeats. It is the reference the asynchronous actor system must beat.
+
+Rows the policy does not control (`opponent`) are played by another function, e.g. the lane
+game's scripted bot; only the policy's rows are learned from.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from five_actors.game.layout import BatchEnv
+from five_actors.model.config import PPOConfig
+from five_actors.model.policy import Policy, State
+from five_actors.model.ppo import PPO, Chunks, chunk, gae
+
+Opponent = Callable[[np.ndarray, dict[str, np.ndarray]], np.ndarray]
+"""(all rows' obs, all rows' masks) -> actions `[rows, columns]`; only its rows' entries are used."""
+
+
+@dataclass
+class Progress:
+    """Where a run stands after an update."""
+
+    steps: int
+    """Environment steps so far (policy rows x steps)."""
+    wall_s: float
+    updates: int
+    episodes: int
+    mean_return: float | None
+    """Mean episode return of the policy's rows over the last `window` finished episodes."""
+    win_rate: float | None
+    """Share of the last `window` finished games won by the policy (None when the env reports no `win`)."""
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+class SyncTrainer:
+    """Collect a rollout of `chunk_steps * rollout_chunks` steps from every row, update, repeat."""
+
+    def __init__(
+        self,
+        env: BatchEnv,
+        policy: Policy,
+        config: PPOConfig,
+        gamma: float,
+        policy_rows: np.ndarray | None = None,
+        opponent: Opponent | None = None,
+        window: int = 20,
+        seed: int = 0,
+    ) -> None:
+        self.env, self.policy, self.config, self.gamma = env, policy, config, gamma
+        self.ppo = PPO(policy, config)
+        rows = env.num_rows
+        self.policy_rows = np.ones(rows, bool) if policy_rows is None else np.asarray(policy_rows, bool)
+        self.opponent = opponent
+        self._index = torch.as_tensor(np.flatnonzero(self.policy_rows), device=policy.device)
+        self.returns: deque[float] = deque(maxlen=window)
+        self.wins: deque[float] = deque(maxlen=window)
+        self.steps = 0
+        self.episodes = 0
+        obs, masks = env.reset(seed)
+        self._obs, self._masks = obs, masks
+        self._state = policy.initial_state(len(self._index))
+        self._starts = torch.ones(len(self._index), dtype=torch.bool, device=policy.device)
+        self._episode_return = np.zeros(rows, np.float64)
+
+    def train(self, total_steps: int, report: Callable[[Progress], None] | None = None) -> Progress:
+        """Run until `total_steps` environment steps, calling `report` after every update."""
+        started = time.perf_counter()
+        progress = Progress(0, 0.0, 0, 0, None, None)
+        while self.steps < total_steps:
+            if self.config.anneal_learning_rate:
+                self.ppo.set_learning_rate(self.config.learning_rate * max(0.0, 1.0 - self.steps / total_steps))
+            stats = self.ppo.update(self.collect())
+            progress = Progress(
+                self.steps,
+                time.perf_counter() - started,
+                self.ppo.updates,
+                self.episodes,
+                float(np.mean(self.returns)) if self.returns else None,
+                float(np.mean(self.wins)) if self.wins else None,
+                stats,
+            )
+            if report is not None:
+                report(progress)
+        return progress
+
+    def collect(self) -> Chunks:
+        """Play one rollout and return it as chunks with advantages and value targets."""
+        cfg, policy, idx = self.config, self.policy, self._index
+        length = cfg.chunk_steps * cfg.rollout_chunks
+        record: dict[str, list[Tensor]] = {k: [] for k in ("obs", "actions", "logp", "values", "rewards", "dones", "starts")}
+        masks: dict[str, list[Tensor]] = {k: [] for k in self._masks}
+        states: list[State] = []
+        for t in range(length):
+            if t % cfg.chunk_steps == 0:
+                states.append(self._state)
+            obs, step_masks = policy.prepare(self._obs, self._masks)
+            out = policy.act(obs[idx], {k: v[idx] for k, v in step_masks.items()}, self._state)
+            actions = np.zeros((self.env.num_rows, policy.spec.actions.columns), np.int64)
+            if self.opponent is not None:
+                actions[:] = self.opponent(self._obs, self._masks)
+            actions[self.policy_rows] = out.actions.cpu().numpy()
+            step = self.env.step(actions)
+            dones = torch.as_tensor(step.dones, device=policy.device)[idx]
+            for key, value in (("obs", obs[idx]), ("actions", out.actions), ("logp", out.logp), ("values", out.value)):
+                record[key].append(value)
+            record["rewards"].append(torch.as_tensor(step.rewards, device=policy.device)[idx])
+            record["dones"].append(dones)
+            record["starts"].append(self._starts)
+            for k, v in step_masks.items():
+                masks[k].append(v[idx])
+            self._track_episodes(step.rewards, step.dones, step.infos)
+            keep = (~dones).to(out.state[0].dtype).unsqueeze(-1)
+            self._state = (out.state[0] * keep, out.state[1] * keep)
+            self._starts = dones
+            self._obs, self._masks = step.obs, step.masks
+        self.steps += length * len(idx)
+        with torch.no_grad():
+            obs, step_masks = policy.prepare(self._obs, self._masks)
+            last_value = policy.act(obs[idx], {k: v[idx] for k, v in step_masks.items()}, self._state).value
+        rollout = {k: torch.stack(v) for k, v in record.items()}
+        advantages, returns = gae(rollout["rewards"], rollout["values"], rollout["dones"], last_value, self.gamma, cfg.gae_lambda)
+        n = cfg.chunk_steps
+        return Chunks(
+            obs=chunk(rollout["obs"], n),
+            masks={k: chunk(torch.stack(v), n) for k, v in masks.items()},
+            actions=chunk(rollout["actions"], n),
+            logp=chunk(rollout["logp"], n),
+            values=chunk(rollout["values"], n),
+            rewards=chunk(rollout["rewards"], n),
+            dones=chunk(rollout["dones"], n),
+            starts=chunk(rollout["starts"], n),
+            advantages=chunk(advantages, n),
+            returns=chunk(returns, n),
+            state=(torch.cat([s[0] for s in states]), torch.cat([s[1] for s in states])),
+        )
+
+    def _track_episodes(self, rewards: np.ndarray, dones: np.ndarray, infos: dict[str, np.ndarray]) -> None:
+        """Episode returns and wins of the policy's rows, for progress reports."""
+        self._episode_return += rewards
+        finished = dones & self.policy_rows
+        for row in np.flatnonzero(finished):
+            self.returns.append(float(self._episode_return[row]))
+            if "win" in infos:
+                self.wins.append(float(infos["win"][row]))
+            self.episodes += 1
+        self._episode_return[dones] = 0.0

@@ -1,0 +1,89 @@
+"""The `[model]` and `[ppo]` config sections."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The network's sizes and where it runs. Sizes go into the ModelSpec; surgery changes them later."""
+
+    device: str = "cpu"
+    """Torch device for the policy: "cpu", "cuda" or "cuda:N"."""
+    entity_hidden: int = 64
+    """Hidden width of each entity block's encoder MLP."""
+    entity_embed: int = 64
+    """Width of each entity embedding (the encoder's output, pooled over slots)."""
+    core_input: int = 128
+    """Width of the layer between the pooled embeddings and the LSTM."""
+    lstm_size: int = 128
+    """LSTM units (OpenAI Five used 4096; thousands are practical on a GPU)."""
+    pointer_key: int = 32
+    """Width of the attention keys and queries of pointer (target) heads."""
+
+    def __post_init__(self) -> None:
+        for name in ("entity_hidden", "entity_embed", "core_input", "lstm_size", "pointer_key"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not (self.device == "cpu" or self.device == "cuda" or self.device.startswith("cuda:")):
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """Proximal policy optimisation with GAE and truncated backprop through LSTM chunks."""
+
+    learning_rate: float = 2.5e-4
+    """Adam step size (OpenAI Five used 5e-5 and lower at scale)."""
+    anneal_learning_rate: bool = True
+    """Decay the learning rate linearly to zero over a run of known length (the baseline)."""
+    adam_beta1: float = 0.9
+    """Adam's first-moment decay."""
+    adam_beta2: float = 0.999
+    """Adam's second-moment decay."""
+    adam_eps: float = 1e-5
+    """Adam's denominator epsilon."""
+    horizon_seconds: float = 2.0
+    """Reward horizon H in game seconds; gamma = 1 - T/H with T the env's seconds per step (paper: 180)."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    clip: float = 0.2
+    """PPO ratio clip epsilon."""
+    value_loss_weight: float = 0.5
+    """Weight of the value loss in the total loss."""
+    entropy_coef: float = 0.01
+    """Weight of the entropy bonus."""
+    max_grad_norm: float = 0.5
+    """Each parameter tensor's gradient is clipped to this L2 norm on its own."""
+    normalize_advantages: bool = True
+    """Normalise advantages to mean 0, std 1 per minibatch."""
+    chunk_steps: int = 16
+    """Steps per chunk: the truncated-backprop length, from the chunk's stored LSTM state."""
+    rollout_chunks: int = 8
+    """Chunks each row collects before an update (the baseline's rollout is chunk_steps * this)."""
+    epochs: int = 4
+    """Passes over each batch of chunks."""
+    minibatches: int = 4
+    """Minibatches per epoch (the chunks of a batch are split this many ways)."""
+
+    def __post_init__(self) -> None:
+        positive = ("learning_rate", "adam_eps", "horizon_seconds", "clip", "max_grad_norm")
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("adam_beta1", "adam_beta2", "gae_lambda"):
+            if not 0.0 <= getattr(self, name) < 1.0 + (name == "gae_lambda"):
+                raise ValueError(f"{name} must be in [0, 1{']' if name == 'gae_lambda' else ')'}, got {getattr(self, name)}")
+        for name in ("value_loss_weight", "entropy_coef"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
+        for name in ("chunk_steps", "rollout_chunks", "epochs", "minibatches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+    def gamma(self, seconds_per_step: float) -> float:
+        """The discount for an env whose steps last `seconds_per_step`: 1 - T/H, as in the paper."""
+        if not 0 < seconds_per_step < self.horizon_seconds:
+            raise ValueError(f"seconds_per_step must be in (0, horizon_seconds={self.horizon_seconds}), got {seconds_per_step}")
+        return 1.0 - seconds_per_step / self.horizon_seconds

@@ -1,0 +1,254 @@
+"""The policy: one network that plays every agent, built from a ModelSpec.
+
+    obs row ──split into entity blocks──> per-block running normaliser (clip +-5)
+            ──> per-block MLP encoder, shared over the block's slots ──> entity embeddings
+            ──> max-pool over present slots (single-slot blocks pass through) ──> concat
+            ──> linear + ReLU ──> LSTM core ──> type head, secondary heads, value head
+
+A pointer head attends from the core output over the entity embeddings of the blocks it
+points at. Sampling and log-probabilities respect the masks; the log-probability and
+entropy of an action add only the secondary heads that its type uses.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from five_actors.errors import ModelError
+from five_actors.model.normalizer import RunningNorm, ValueNorm
+from five_actors.model.spec import ModelSpec
+
+MASKED_LOGIT = -1e9
+"""Logit of an illegal choice: finite, so entropy terms are 0 * -1e9 = 0 rather than NaN."""
+
+State = tuple[Tensor, Tensor]
+"""The LSTM state (h, c), each [rows, lstm_size]."""
+
+
+@dataclass
+class ActOutput:
+    """What one forward pass for acting returns, per row."""
+
+    actions: Tensor
+    """int64 [rows, 1 + heads]: the type, then each secondary head's choice (0 when unused)."""
+    logp: Tensor
+    """float [rows]: log-probability of the whole action under the policy."""
+    value: Tensor
+    """float [rows]: the value estimate of the observation."""
+    state: State
+    """The LSTM state after this step."""
+
+
+class Policy(nn.Module):
+    """Entity encoders, an LSTM core, masked action heads and a value head, shaped by `spec`."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        blocks = spec.obs.blocks
+        for name in [b.name for b in blocks] + [h.name for h in spec.actions.heads]:
+            if not name.isidentifier():
+                raise ModelError(f"block and head names must be identifiers, got {name!r}")
+        self.norms = nn.ModuleDict({b.name: RunningNorm(b.width) for b in blocks})
+        self.encoders = nn.ModuleDict(
+            {
+                b.name: nn.Sequential(
+                    _layer(b.width, spec.entity_hidden), nn.ReLU(), _layer(spec.entity_hidden, spec.entity_embed), nn.ReLU()
+                )
+                for b in blocks
+            }
+        )
+        self.combine = _layer(len(blocks) * spec.entity_embed, spec.core_input)
+        self.lstm = nn.LSTMCell(spec.core_input, spec.lstm_size)
+        self.type_head = _layer(spec.lstm_size, len(spec.actions.types), gain=0.01)
+        self.heads = nn.ModuleDict()
+        for head in spec.actions.heads:
+            if head.pointer_blocks:
+                self.heads[head.name] = PointerHead(spec.lstm_size, spec.entity_embed, spec.pointer_key)
+            else:
+                self.heads[head.name] = _layer(spec.lstm_size, head.size, gain=0.01)
+        self.value_head = _layer(spec.lstm_size, 1, gain=1.0)
+        self.value_norm = ValueNorm()
+        self.register_buffer("uses", torch.as_tensor(spec.actions.uses_array()), persistent=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.type_head.weight.device
+
+    def initial_state(self, rows: int) -> State:
+        """The zero LSTM state for `rows` agents starting an episode."""
+        zeros = torch.zeros(rows, self.spec.lstm_size, device=self.device)
+        return zeros, zeros.clone()
+
+    @torch.no_grad()
+    def act(self, obs: Any, masks: Mapping[str, Any], state: State, deterministic: bool = False) -> ActOutput:
+        """Choose one legal action per row (sampled, or the most likely when `deterministic`)."""
+        obs_t, masks_t = self.prepare(obs, masks)
+        embeddings, core_in = self._encode(obs_t)
+        h, c = self.lstm(core_in, state)
+        choice, logp, _ = self._heads(h, embeddings, masks_t, None, deterministic)
+        return ActOutput(choice, logp, self.value_norm.denormalize(self.value_head(h).squeeze(-1)), (h, c))
+
+    def evaluate(self, obs: Tensor, masks: Mapping[str, Tensor], actions: Tensor, starts: Tensor, state: State) -> tuple[Tensor, Tensor, Tensor]:
+        """Log-prob, entropy and normalised value (see ValueNorm) of given actions over a sequence, for the loss.
+
+        Inputs are time-major `[T, B, ...]`; `starts[t, b]` is true where step t begins a new
+        episode, and resets row b's LSTM state before that step (an episode ended inside
+        the chunk). `state` is the chunk's stored state before step 0.
+        """
+        steps, batch = obs.shape[:2]
+        flat = lambda x: x.reshape(steps * batch, *x.shape[2:])  # noqa: E731
+        embeddings, core_in = self._encode(flat(obs))
+        core_in = core_in.reshape(steps, batch, -1)
+        keep = (~starts).to(core_in.dtype).unsqueeze(-1)
+        h, c = state
+        outputs = []
+        for t in range(steps):
+            h, c = self.lstm(core_in[t], (h * keep[t], c * keep[t]))
+            outputs.append(h)
+        core = torch.stack(outputs).reshape(steps * batch, -1)
+        flat_masks = {k: flat(v) for k, v in masks.items()}
+        _, logp, entropy = self._heads(core, embeddings, flat_masks, flat(actions), False)
+        value = self.value_head(core).squeeze(-1)
+        return logp.reshape(steps, batch), entropy.reshape(steps, batch), value.reshape(steps, batch)
+
+    def prepare(self, obs: Any, masks: Mapping[str, Any]) -> tuple[Tensor, dict[str, Tensor]]:
+        """Observations and masks as tensors on this device, checked against the spec."""
+        obs_t = torch.as_tensor(obs, device=self.device)
+        masks_t = {k: torch.as_tensor(v, device=self.device) for k, v in masks.items()}
+        self.check_obs(obs_t)
+        self.check_masks(masks_t, obs_t.shape[0])
+        return obs_t.float(), masks_t
+
+    def check_obs(self, obs: Tensor) -> None:
+        """Refuse observations of the wrong shape or type, or holding NaN/inf (naming the feature)."""
+        size = self.spec.obs.size
+        if obs.ndim != 2 or obs.shape[1] != size:
+            raise ModelError(f"observations have shape {tuple(obs.shape)}, expected [rows, {size}]")
+        if not obs.is_floating_point():
+            raise ModelError(f"observations must be floating point, got {obs.dtype}")
+        bad = ~torch.isfinite(obs)
+        if bad.any():
+            row, column = (int(i) for i in bad.nonzero()[0])
+            raise ModelError(f"observation {self._feature_name(column)} of row {row} is {obs[row, column].item()}")
+
+    def check_masks(self, masks: Mapping[str, Tensor], rows: int) -> None:
+        """Refuse masks missing, misshapen, not bool, or leaving a needed head with no legal choice."""
+        actions = self.spec.actions
+        expected = {"type": (rows, len(actions.types))}
+        expected.update({h.name: (rows, len(actions.types), h.size) for h in actions.heads})
+        if set(masks) != set(expected):
+            raise ModelError(f"masks have keys {sorted(masks)}, expected {sorted(expected)}")
+        for name, shape in expected.items():
+            if tuple(masks[name].shape) != shape or masks[name].dtype != torch.bool:
+                raise ModelError(f"mask {name!r} is {masks[name].dtype} {tuple(masks[name].shape)}, expected bool {shape}")
+        empty = ~masks["type"].any(-1)
+        if empty.any():
+            raise ModelError(f"all-masked head 'type' at row {int(empty.nonzero()[0])}: no legal action type")
+        for j, head in enumerate(actions.heads):
+            needed = masks["type"] & self.uses[:, j]
+            empty = needed & ~masks[head.name].any(-1)
+            if empty.any():
+                row, t = (int(i) for i in empty.nonzero()[0])
+                raise ModelError(f"all-masked head {head.name!r} at row {row}: legal type {actions.types[t]!r} uses it but no choice is legal")
+
+    def update_normalizer(self, obs: Tensor) -> None:
+        """Fold a batch of raw observations `[rows, size]` into the running statistics."""
+        for block, x in self.spec.obs.split(obs.reshape(-1, self.spec.obs.size).float()).items():
+            present = x[..., 0] > 0.5 if x.shape[1] > 1 else torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+            self.norms[block].update(x[present])
+
+    def _encode(self, obs: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+        """Per-block entity embeddings `[rows, slots, embed]` and the LSTM's input `[rows, core_input]`."""
+        pooled, embeddings = [], {}
+        for block, x in self.spec.obs.split(obs).items():
+            emb = self.encoders[block](self.norms[block](x))
+            embeddings[block] = emb
+            if x.shape[1] == 1:
+                pooled.append(emb[:, 0])
+                continue
+            present = (x[..., 0] > 0.5).unsqueeze(-1)
+            best = emb.masked_fill(~present, MASKED_LOGIT).amax(dim=1)
+            pooled.append(torch.where(present.any(dim=1), best, torch.zeros_like(best)))
+        return embeddings, torch.relu(self.combine(torch.cat(pooled, dim=-1)))
+
+    def _heads(
+        self, core: Tensor, embeddings: dict[str, Tensor], masks: Mapping[str, Tensor], actions: Tensor | None, deterministic: bool
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Chosen (or given) actions, their log-probs and entropies; unused heads add nothing."""
+        rows = torch.arange(core.shape[0], device=core.device)
+        type_logits = self.type_head(core).masked_fill(~masks["type"], MASKED_LOGIT)
+        chosen_type = _choose(type_logits, deterministic) if actions is None else actions[:, 0]
+        logp, entropy = _logp_entropy(type_logits, chosen_type)
+        columns = [chosen_type]
+        for j, head in enumerate(self.spec.actions.heads):
+            module = self.heads[head.name]
+            if head.pointer_blocks:
+                keys = torch.cat([embeddings[b] for b in head.pointer_blocks], dim=1)
+                logits = module(core, keys)
+            else:
+                logits = module(core)
+            logits = logits.masked_fill(~masks[head.name][rows, chosen_type], MASKED_LOGIT)
+            used = self.uses[chosen_type, j]
+            choice = _choose(logits, deterministic) if actions is None else actions[:, 1 + j]
+            head_logp, head_entropy = _logp_entropy(logits, choice)
+            logp = logp + torch.where(used, head_logp, torch.zeros_like(head_logp))
+            entropy = entropy + torch.where(used, head_entropy, torch.zeros_like(head_entropy))
+            columns.append(torch.where(used, choice, torch.zeros_like(choice)))
+        return torch.stack(columns, dim=1), logp, entropy
+
+    def _feature_name(self, column: int) -> str:
+        start = 0
+        for b in self.spec.obs.blocks:
+            if column < start + b.size:
+                slot, feature = divmod(column - start, b.width)
+                return f"{b.name}[{slot}].{b.features[feature]}"
+            start += b.size
+        return f"column {column}"
+
+
+class PointerHead(nn.Module):
+    """Logits over entity slots: scaled dot products of a query from the core with per-entity keys."""
+
+    def __init__(self, core_size: int, embed_size: int, key_size: int) -> None:
+        super().__init__()
+        self.query = _layer(core_size, key_size, gain=0.01)
+        self.key = _layer(embed_size, key_size)
+        self.scale = 1.0 / math.sqrt(key_size)
+
+    def forward(self, core: Tensor, entities: Tensor) -> Tensor:
+        """`core` [rows, core_size], `entities` [rows, slots, embed] -> logits [rows, slots]."""
+        return torch.einsum("rk,rsk->rs", self.query(core), self.key(entities)) * self.scale
+
+
+def _layer(inputs: int, outputs: int, gain: float = math.sqrt(2)) -> nn.Linear:
+    """A linear layer with orthogonal weights of `gain` and zero bias (small gains for policy logits)."""
+    layer = nn.Linear(inputs, outputs)
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def _choose(logits: Tensor, deterministic: bool) -> Tensor:
+    """The argmax, or a sample by the Gumbel-max trick (a masked logit never wins: its gap is ~1e9)."""
+    if deterministic:
+        return logits.argmax(-1)
+    uniform = torch.rand_like(logits)
+    return (logits - torch.log(-torch.log(uniform))).argmax(-1)
+
+
+def _logp_entropy(logits: Tensor, choice: Tensor) -> tuple[Tensor, Tensor]:
+    log_probs = torch.log_softmax(logits, dim=-1)
+    return log_probs.gather(-1, choice.unsqueeze(-1)).squeeze(-1), -(log_probs.exp() * log_probs).sum(-1)
+
+
+def to_numpy_actions(out: ActOutput) -> np.ndarray:
+    """The chosen actions as the int64 numpy array a BatchEnv steps with."""
+    return out.actions.cpu().numpy()

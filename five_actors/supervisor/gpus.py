@@ -1,0 +1,49 @@
+"""GPU utilisation and memory through NVML (nvidia-ml-py), for /health, /actors and /metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_nvml_ready: bool | None = None
+_nvml_reason = ""
+
+
+def _init() -> bool:
+    global _nvml_ready, _nvml_reason
+    if _nvml_ready is None:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            _nvml_ready = True
+        except Exception as exc:  # noqa: BLE001 - no driver, no library, no GPU: all mean "no GPUs here"
+            _nvml_ready, _nvml_reason = False, f"NVML unavailable: {type(exc).__name__}: {exc}"
+    return _nvml_ready
+
+
+def gpu_info() -> dict[str, Any]:
+    """`{"gpus": [{index, name, utilization_pct, memory_used_bytes, memory_total_bytes}], "gpus_reason": str | None}`.
+
+    On a host without NVML or without GPUs the list is empty and the reason says why.
+    """
+    if not _init():
+        return {"gpus": [], "gpus_reason": _nvml_reason}
+    import pynvml
+
+    try:
+        gpus = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            name = pynvml.nvmlDeviceGetName(handle)
+            util = pynvml.nvmlDeviceGetUtilizationRates(handle)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            gpus.append({
+                "index": index,
+                "name": name.decode() if isinstance(name, bytes) else str(name),
+                "utilization_pct": int(util.gpu),
+                "memory_used_bytes": int(memory.used),
+                "memory_total_bytes": int(memory.total),
+            })  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - a GPU that stops answering is reported, not raised
+        return {"gpus": [], "gpus_reason": f"NVML query failed: {type(exc).__name__}: {exc}"}
+    return {"gpus": gpus, "gpus_reason": None if gpus else "NVML found no GPU"}

@@ -1,0 +1,227 @@
+"""The three processes a tree runs in: the head (`up`), a process child (`node`), a joined host (`join`).
+
+Each is one node: a five_actors.runtime Node with the health routes, a NodeAgent at `/_node`,
+logs in `RUN_DIR/logs/NODE.jsonl`, and a clean stop on SIGINT/SIGTERM (or
+POST /control/shutdown): the tree's children stopped in reverse, then the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import secrets
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+import structlog
+
+from five_actors.config import Config, from_mapping
+from five_actors.errors import ConfigError, FiveActorsError
+from five_actors.logs import configure_logging
+from five_actors.runtime.actor import NORMAL_EXITS, Actor
+from five_actors.runtime.config import NodeConfig
+from five_actors.runtime.node import Node
+from five_actors.supervisor import health
+from five_actors.supervisor.agent import AGENT_PATH, NodeAgent
+from five_actors.supervisor.child import TreeContext
+from five_actors.supervisor.config import ChildSpec, SupervisorSpec, check_importable, import_class
+from five_actors.supervisor.hosts import REGISTRY_PATH, HostAgent, HostRegistry
+from five_actors.supervisor.processes import TOKEN_ENV, report
+from five_actors.supervisor.progress import ProgressLine
+from five_actors.supervisor.tree import Supervisor
+
+log = structlog.get_logger("five_actors.supervisor")
+
+ROOT_PATH = "/root"
+"""The path of the root supervisor on the head node."""
+HEAD_NODE = "head"
+"""The node id of the process `five-actors up` runs in."""
+
+
+def default_run_dir(name: str) -> Path:
+    """`runs/<UTC time>-<name>/` under the current directory."""
+    return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{name}"
+
+
+def write_token(run_dir: Path) -> str:
+    """A fresh random cluster token in RUN_DIR/token, readable by this user only."""
+    token = secrets.token_urlsafe(32)
+    path = run_dir / "token"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    os.chmod(path, 0o600)
+    return token
+
+
+def read_token(path: Path) -> str:
+    """The cluster token from a token file."""
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"--token-file {path}: cannot read it: {exc.strerror}") from None
+    if not token:
+        raise ConfigError(f"--token-file {path}: the file is empty")
+    return token
+
+
+def _shutdown_timeout(spec: SupervisorSpec) -> float:
+    """Long enough to stop every child of `spec` one after the other, with their subtrees."""
+    return sum(c.shutdown_timeout + (_shutdown_timeout(c) if c.children else 0.0) for c in spec.children) + 5.0
+
+
+async def _start_node(node_id: str, token: str, node_config: NodeConfig, agent_factory: Any) -> tuple[Node, NodeAgent, asyncio.Event]:
+    node = Node(node_id, token, node_config)
+    agent = agent_factory(node)
+    shutdown = asyncio.Event()
+    health.install(node.app, agent, shutdown)
+    try:
+        await node.start()
+    except OSError as exc:
+        raise ConfigError(f"node.host/node.port: {exc.strerror} (use --port 0 for any free port)") from None
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, shutdown.set)
+    log.info("node_started", url=node.url)
+    return node, agent, shutdown
+
+
+async def _stop_node(node: Node) -> None:
+    await node.stop()
+    log.info("node_stopped")
+
+
+async def _first(*aws: Any) -> None:
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def up(config: Config, run_dir: Path, host: str | None, port: int | None, duration: float | None, out: TextIO) -> int:
+    """Run the head: the root supervisor and its tree, HTTP, a live progress line, until stopped."""
+    check_importable(config.tree)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    token = write_token(run_dir)
+    configure_logging(HEAD_NODE, run_dir / "logs")
+    try:
+        node_config = dataclasses.replace(config.node, **{k: v for k, v in (("host", host), ("port", port)) if v is not None})
+    except ValueError as exc:
+        raise ConfigError(f"--host/--port: {exc}") from None
+    out.write(f"run dir: {run_dir}\n")
+    registry = HostRegistry()
+    node, agent, shutdown = await _start_node(HEAD_NODE, token, node_config, NodeAgent)
+    node.system.spawn(agent, AGENT_PATH)
+    out.write(f"serving http://{node_config.host}:{node.port} (/health /actors /metrics), links at {node.url}/ws\n")
+    out.flush()
+    node.system.spawn(registry, REGISTRY_PATH)
+    context = TreeContext(node.system, run_dir, node, hosts=registry)
+    root = node.system.spawn(Supervisor(config.tree, context), ROOT_PATH)
+    started = asyncio.ensure_future(node.system.wait_started(root))
+    ticker = asyncio.get_running_loop().create_task(_print_progress(agent, out))
+    root_exit = asyncio.ensure_future(node.system.wait(root))
+    deadline = asyncio.sleep(duration) if duration is not None else asyncio.Event().wait()
+    try:
+        await _first(shutdown.wait(), asyncio.shield(root_exit), deadline)
+    finally:
+        ticker.cancel()
+        out.write("\n")
+    if root_exit.done():
+        reason = root_exit.result()
+        await _stop_node(node)
+        if reason in NORMAL_EXITS:
+            return 0
+        sys.stderr.write(f"five-actors: the root supervisor exited abnormally: {reason}\n")
+        return 1
+    out.write("stopping: children in reverse order...\n")
+    out.flush()
+    if started.done():
+        await node.system.stop(root, _shutdown_timeout(config.tree))
+    else:
+        node.system.kill(root)  # still starting (waiting for a host, say): cut the start short
+        await root_exit
+    await _stop_node(node)
+    out.write("stopped cleanly\n")
+    return 0
+
+
+async def _print_progress(agent: NodeAgent, out: TextIO) -> None:
+    started = time.monotonic()
+    live = out.isatty()
+    progress_line = ProgressLine()
+    while True:
+        await asyncio.sleep(1.0)
+        with contextlib.suppress(FiveActorsError):
+            line = progress_line(await agent.view(), time.monotonic() - started)
+            out.write(f"\r{line}\x1b[K" if live else f"{line}\n")
+            out.flush()
+
+
+async def child_node(node_id: str, path: str, spec_json: str, parent: str, run_dir: str, log_level: str) -> int:
+    """Run a process child: its own node, linked to `parent`, hosting one actor or subtree at `path`."""
+    configure_logging(node_id, Path(run_dir) / "logs" if run_dir else None, log_level)
+    token = os.environ.get(TOKEN_ENV, "")
+    spec = from_mapping(ChildSpec, orjson.loads(spec_json), path)
+    node, agent, shutdown = await _start_node(node_id, token, NodeConfig(host="127.0.0.1", port=0), NodeAgent)
+    node.system.spawn(agent, AGENT_PATH)
+    try:
+        await node.connect(parent)
+        context = TreeContext(node.system, Path(run_dir) if run_dir else None, node, log_level=log_level)
+        hosted: Actor = Supervisor(spec, context) if spec.is_tree else import_class(spec.actor, f"{spec.id}.actor")(**spec.args)
+        ref = node.system.spawn(hosted, path)
+        reason = await node.system.wait_started(ref)
+    except Exception as exc:  # noqa: BLE001 - whatever stops the start is the child's exit reason
+        reason = f"{type(exc).__name__}: {exc}"
+        ref = None
+    if reason is None and ref is not None:
+        report(ready={"node": node_id, "url": node.url, "pid": os.getpid()})
+        await _first(shutdown.wait(), node.system.wait(ref), _stdin_closed())
+        if node.system.is_alive(path):
+            reason = await node.system.stop(ref, spec.shutdown_timeout * 0.8)
+        else:
+            reason = await node.system.wait(ref)
+    report(exit=reason)
+    await _stop_node(node)
+    return 0 if reason in NORMAL_EXITS else 1
+
+
+async def _stdin_closed() -> None:
+    """Returns when stdin reaches EOF: the parent holding the pipe has died."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while await reader.read(4096):
+        pass
+
+
+async def join(url: str, token: str, name: str | None, host: str, port: int, run_dir: Path, out: TextIO) -> int:
+    """Run a host supervisor that joins the head at `url` and runs the subtrees it assigns."""
+    name = name or socket.gethostname()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    configure_logging(name, run_dir / "logs")
+
+    def make_agent(node: Node) -> HostAgent:
+        return HostAgent(node, "", name, TreeContext(node.system, run_dir, node))  # the head's id is known once linked
+
+    node, agent, shutdown = await _start_node(name, token, NodeConfig(host=host, port=port), make_agent)
+    try:
+        assert isinstance(agent, HostAgent)
+        agent.head = await node.connect(url)
+        node.system.spawn(agent, AGENT_PATH)
+        out.write(f"joined {agent.head} at {url} as {name}; serving http://{host}:{node.port}, run dir {run_dir}\n")
+        out.flush()
+        await shutdown.wait()
+        for sub in reversed([c for c in node.system.cells() if isinstance(c.actor, Supervisor)]):
+            await node.system.stop(sub.path, _shutdown_timeout(sub.actor.spec))
+    finally:
+        await _stop_node(node)
+    return 0

@@ -1,0 +1,71 @@
+"""OS-process children of an in-process head node: pinned devices, subtrees in a child node, stop."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from five_actors.config import from_mapping
+from five_actors.runtime.config import NodeConfig
+from five_actors.runtime.node import Node
+from five_actors.supervisor.agent import AGENT_PATH, NodeAgent
+from five_actors.supervisor.child import TreeContext
+from five_actors.supervisor.config import TreeConfig
+from five_actors.supervisor.processes import child_env
+from five_actors.supervisor.tree import Supervisor
+from tests.supervisor.cluster import REPO
+
+REPORTER = "tests.supervisor.actors:EnvReporter"
+
+
+def test_devices_pin_cuda_visible_devices() -> None:
+    assert child_env("cuda:3", "t")["CUDA_VISIBLE_DEVICES"] == "3"
+    assert child_env("cuda:3", "t")["FIVE_ACTORS_DEVICE"] == "cuda:0"
+    assert child_env("cpu", "t")["CUDA_VISIBLE_DEVICES"] == ""
+    assert child_env("cpu", "t")["FIVE_ACTORS_TOKEN"] == "t"
+
+
+@pytest.fixture
+async def head(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Node]:
+    monkeypatch.chdir(REPO)  # children import the test actors from the repository root
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    node = Node("head", "secret-token", NodeConfig(port=0))
+    agent = NodeAgent(node)
+    await node.start()
+    node.system.spawn(agent, AGENT_PATH)
+    try:
+        yield node
+    finally:
+        await node.stop()
+
+
+async def test_a_process_child_runs_a_pinned_subtree_in_its_own_node(head: Node) -> None:
+    tree = {
+        "children": [
+            {"id": "local", "actor": REPORTER},
+            {"id": "gpu", "kind": "process", "device": "cuda:3", "strategy": "one_for_all",
+             "children": [{"id": "a", "actor": REPORTER}, {"id": "b", "actor": REPORTER}]},
+        ]
+    }  # fmt: skip
+    spec = from_mapping(TreeConfig, tree, "tree")
+    root = head.system.spawn(Supervisor(spec, TreeContext(head.system, None, head)), "/root")
+    assert await head.system.wait_started(root) is None
+    agent = head.system.actor(AGENT_PATH)
+    assert isinstance(agent, NodeAgent)
+    view = await agent.view()
+    actors: dict[str, Any] = {a["path"]: a for a in view["actors"]}
+    assert set(actors) == {"/root", "/root/local", "/root/gpu", "/root/gpu/a", "/root/gpu/b"}
+    child_pid = actors["/root/gpu"]["pid"]
+    assert child_pid != os.getpid() and actors["/root/gpu"]["node"] == "head.root.gpu"
+    assert actors["/root/gpu"]["kind"] == "process" and actors["/root/gpu"]["device"] == "cuda:3"
+    for path in ("/root/gpu/a", "/root/gpu/b"):
+        status = actors[path]["status"]
+        assert (status["pid"], status["CUDA_VISIBLE_DEVICES"], status["FIVE_ACTORS_DEVICE"]) == (child_pid, "3", "cuda:0")
+    assert actors["/root/local"]["status"]["CUDA_VISIBLE_DEVICES"] != "3"
+
+    assert await head.system.stop(root, 30.0) == "shutdown"
+    with pytest.raises(ProcessLookupError):
+        os.kill(child_pid, 0)

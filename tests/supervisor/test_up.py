@@ -1,0 +1,175 @@
+"""`five-actors up` as a real process: the pingpong tree over two OS processes, HTTP, kill -9, stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.supervisor.cluster import REPO, Proc, actor, get, log_events, wait_until
+
+
+class Head:
+    """A running `five-actors up` with its HTTP base URL, run dir and token."""
+
+    def __init__(self, proc: Proc, run_dir: Path) -> None:
+        self.proc = proc
+        self.run_dir = run_dir
+        port = proc.wait_for_output(r"serving http://127\.0\.0\.1:(\d+)").group(1)
+        self.url = f"http://127.0.0.1:{port}"
+        self.token = (run_dir / "token").read_text().strip()
+
+    def view(self) -> dict:
+        status, body = get(f"{self.url}/actors")
+        assert status == 200
+        return body
+
+
+@pytest.fixture(scope="module")
+def pingpong(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
+    where = tmp_path_factory.mktemp("pingpong")
+    run_dir = where / "run"
+    args = ["up", "--config", "conf/pingpong.toml", "--run-dir", str(run_dir), "--port", "0", "--set", "node.heartbeat_s=1.0"]
+    proc = Proc(args, where, "up")
+    try:
+        yield Head(proc, run_dir)
+    finally:
+        proc.kill()
+
+
+def test_pingpong_is_healthy_and_spans_two_processes(pingpong: Head) -> None:
+    assert f"run dir: {pingpong.run_dir}" in pingpong.proc.out
+    assert stat.S_IMODE(os.stat(pingpong.run_dir / "token").st_mode) == 0o600
+    status, body = wait_until(lambda: (r := get(f"{pingpong.url}/health"))[0] == 200 and r, what="/health 200")
+    assert body["status"] == "ok" and body["gpus"] == [] and body["gpus_reason"]
+    view = wait_until(lambda: (v := pingpong.view()) and actor(v, "/root/ponger")["in_per_s"] > 0 and v, what="pings flowing")
+    pinger, ponger = actor(view, "/root/pinger"), actor(view, "/root/ponger")
+    assert pinger["pid"] != ponger["pid"] and pinger["node"] != ponger["node"]
+    assert {n["node"] for n in view["nodes"]} == {"head", pinger["node"]}
+    assert all(link["state"] == "up" for n in view["nodes"] for link in n["links"])
+    assert pinger["status"]["progress"]["pings"] > 0
+    status, metrics = get(f"{pingpong.url}/metrics")
+    assert status == 200 and 'five_actors_actor_restarts{node="head",path="/root/ponger"} 0.0' in metrics
+    wait_until(lambda: "pings/s" in pingpong.proc.out, what="a progress line with pings/s")
+
+
+def test_control_routes_refuse_a_missing_or_wrong_token(pingpong: Head) -> None:
+    for token in (None, "not-the-token"):
+        status, body = get(f"{pingpong.url}/control/kill", token=token, body={"path": "/root/ponger"})
+        assert status == 401 and body["error"] == "unauthorized"
+    assert actor(pingpong.view(), "/root/ponger")["restarts"] == 0  # the request never reached an actor
+    refused = wait_until(lambda: log_events(pingpong.run_dir, "http_unauthorized"), what="http_unauthorized lines")
+    assert {r["route"] for r in refused} == {"/control/kill"}
+    status, body = get(f"{pingpong.url}/control/kill", token=pingpong.token, body={"path": "/nowhere"})
+    assert status == 404
+
+
+def test_kill_9_of_the_process_child_restarts_it(pingpong: Head) -> None:
+    before = actor(pingpong.view(), "/root/pinger")
+    os.kill(before["pid"], signal.SIGKILL)
+    after = wait_until(
+        lambda: (a := actor(pingpong.view(), "/root/pinger"))["restarts"] == 1 and a["state"] == "running" and a,
+        what="the pinger restarted",
+    )
+    assert after["pid"] != before["pid"] and after["last_error"] == "killed by SIGKILL"
+    restarted = wait_until(lambda: log_events(pingpong.run_dir, "child_restarted"), what="child_restarted in the logs")
+    assert [(r["child"], r["restarts"]) for r in restarted] == [("pinger", 1)]
+    wait_until(lambda: actor(pingpong.view(), "/root/pinger")["status"]["progress"]["pings"] > 0, what="pings again")
+    summary = subprocess.run(
+        [sys.executable, "-m", "five_actors", "logs", "summary", str(pingpong.run_dir)], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    row = next(line for line in summary.stdout.splitlines() if line.startswith("/root/pinger "))
+    assert "killed by SIGKILL" in row
+
+
+def test_a_hung_process_child_is_killed_when_its_link_is_lost_and_restarted(pingpong: Head) -> None:
+    before = wait_until(lambda: (a := actor(pingpong.view(), "/root/pinger"))["state"] == "running" and a, what="pinger up")
+    os.kill(before["pid"], signal.SIGSTOP)  # alive but silent: only the link's heartbeat can tell
+    after = wait_until(
+        lambda: (a := actor(pingpong.view(), "/root/pinger"))["restarts"] == before["restarts"] + 1 and a["state"] == "running" and a,
+        what="the hung pinger replaced",
+    )
+    assert after["last_error"] == "link_lost" and after["pid"] != before["pid"]
+    with pytest.raises(ProcessLookupError):
+        os.kill(before["pid"], 0)
+
+
+def test_health_command_prints_the_tree(pingpong: Head) -> None:
+    shown = subprocess.run([sys.executable, "-m", "five_actors", "health", "--url", pingpong.url], cwd=REPO, capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert "/root/pinger" in shown.stdout and "/root/ponger" in shown.stdout and "health: ok" in shown.stdout
+    shown = subprocess.run([sys.executable, "-m", "five_actors", "health", "--url", pingpong.url, "--json"], cwd=REPO, capture_output=True, text=True)
+    body = json.loads(shown.stdout)
+    assert body["health"]["status"] == "ok" and {"/root/pinger", "/root/ponger"} <= {a["path"] for a in body["actors"]}
+
+
+def test_sigterm_stops_children_in_reverse_and_exits_0(pingpong: Head) -> None:
+    pinger_pid = actor(pingpong.view(), "/root/pinger")["pid"]
+    assert pingpong.proc.terminate() == 0, pingpong.proc.err
+    assert "stopped cleanly" in pingpong.proc.out
+    exits = [(e["child"], e["reason"]) for e in log_events(pingpong.run_dir, "child_exited")]
+    assert exits[-2:] == [("pinger", "shutdown"), ("ponger", "shutdown")]
+    with pytest.raises(ProcessLookupError):
+        os.kill(pinger_pid, 0)
+
+
+def test_root_gives_up_exits_non_zero_naming_the_child(tmp_path: Path) -> None:
+    config = tmp_path / "crashy.toml"
+    config.write_text(
+        """
+[tree]
+max_restarts = 1
+max_seconds = 60.0
+backoff = 0.0
+[[tree.children]]
+id = "steady"
+actor = "five_actors.actors.pingpong:Ponger"
+[[tree.children]]
+id = "crasher"
+actor = "tests.supervisor.actors:Crasher"
+args = { after = 0.1 }
+"""
+    )
+    proc = Proc(["up", "--config", str(config), "--run-dir", str(tmp_path / "run"), "--port", "0"], tmp_path, "up")
+    try:
+        assert proc.proc.wait(120) == 1
+    finally:
+        proc.kill()
+    assert "root supervisor exited abnormally: SupervisorError: gave up" in proc.err
+    assert "child 'crasher'" in proc.err and "ZeroDivisionError: crasher divided by zero" in proc.err
+
+
+def test_a_bad_config_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text('[[tree.children]]\nid = "x"\nactor = "five_actors.actors.pingpong:NoSuchActor"\n')
+    proc = Proc(["up", "--config", str(config), "--run-dir", str(tmp_path / "run"), "--port", "0"], tmp_path, "up")
+    assert proc.proc.wait(60) == 2
+    assert "tree.children[0].actor" in proc.err and "NoSuchActor" in proc.err
+    assert not (tmp_path / "run").exists()
+
+
+def test_children_exit_when_the_head_is_killed(tmp_path: Path) -> None:
+    proc = Proc(["up", "--config", "conf/pingpong.toml", "--run-dir", str(tmp_path / "run"), "--port", "0"], tmp_path, "up")
+    try:
+        head = Head(proc, tmp_path / "run")
+        pinger_pid = wait_until(lambda: actor(head.view(), "/root/pinger")["pid"], what="the pinger's pid")
+        proc.proc.kill()
+        proc.proc.wait()
+    finally:
+        proc.kill()
+
+    def gone() -> bool:
+        try:
+            os.kill(pinger_pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    wait_until(gone, what="the orphaned pinger process to exit")

@@ -32,7 +32,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def _log_filter(args: argparse.Namespace) -> LogFilter:
     from five_actors.logreplay import LogFilter
 
-    return LogFilter(actors=args.actor or (), events=args.event or (), since=args.since, until=args.until)
+    return LogFilter(
+        actors=args.actor or (), events=args.event or (), since=args.since, until=args.until, min_level=args.level,
+    )
 
 
 def cmd_logs_replay(args: argparse.Namespace) -> int:
@@ -77,6 +79,7 @@ def _add_logs_parser(commands: argparse._SubParsersAction) -> None:  # type: ign
         sub.add_argument("--event", action="append", metavar="NAME", help="event name or glob (repeatable)")
         sub.add_argument("--since", type=_time_arg, metavar="TIME", help="from this time: 10m, 2h, 30s ago, ISO time, HH:MM:SS")
         sub.add_argument("--until", type=_time_arg, metavar="TIME", help="up to this time (same forms as --since)")
+        sub.add_argument("--level", choices=("debug", "info", "warning", "error", "critical"), help="this level and above only")
         sub.add_argument("--json", action="store_true", help="JSON output (replay: the raw lines)")
     replay.add_argument("--follow", "-f", action="store_true", help="keep printing new lines, like tail -f (Ctrl-C stops)")
     replay.set_defaults(func=cmd_logs_replay)

@@ -13,14 +13,10 @@ import socket
 import time
 from typing import Any
 
-import structlog
-
 from five_actors.errors import FiveActorsError
 from five_actors.runtime.actor import Actor, message
 from five_actors.supervisor.gpus import gpu_info
 from five_actors.supervisor.tree import Supervisor
-
-log = structlog.get_logger("five_actors.supervisor")
 
 AGENT_PATH = "/_node"
 """Where every node runs its agent."""
@@ -65,6 +61,7 @@ class NodeAgent(Actor):
         self.rates, self._last = rates, last
 
     async def on_node_view(self, _msg: NodeView) -> dict[str, Any]:
+        """This node's view, with its child nodes' (see `view`)."""
         return await self.view()
 
     def local_view(self) -> dict[str, Any]:

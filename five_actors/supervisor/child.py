@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,8 +35,6 @@ class TreeContext:
     """The five_actors.supervisor.hosts.HostRegistry of a head node, for host children."""
     log_level: str = "info"
     """Log level handed to child OS processes."""
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Free-form values for tests and embedding code."""
 
 
 class Incarnation(abc.ABC):

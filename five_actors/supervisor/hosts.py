@@ -70,6 +70,7 @@ class HostRegistry(Actor):
         self._changed = asyncio.Event()
 
     async def on_host_joined(self, msg: HostJoined) -> None:
+        """Record a host (once; later announcements are heartbeats) and watch for its loss."""
         if msg.node in self.hosts:
             return
         self.hosts[msg.node] = msg.name
@@ -135,7 +136,9 @@ class HostIncarnation(Incarnation):
         self.context.system.watch_address(f"{self.host}{self.path}", self._exit)
 
     async def stop(self, timeout: float) -> str:
-        if self.host is not None and not self.exited.done():
+        if self.host is None:
+            self._exit("shutdown")  # stopped while still waiting for a host: nothing ran
+        elif not self.exited.done():
             with contextlib.suppress(FiveActorsError):
                 await self.context.system.ask(f"{self.host}{AGENT_PATH}", StopSubtree(self.path, timeout), timeout + 2.0)
             with contextlib.suppress(asyncio.TimeoutError):
@@ -186,6 +189,7 @@ class HostAgent(NodeAgent):
         return [c.path for c in self.system.cells() if isinstance(c.actor, Supervisor)]
 
     async def on_start_subtree(self, msg: StartSubtree) -> str:
+        """Start the subtree at its path (replacing a stale one); returns its address once it runs."""
         spec = from_mapping(ChildSpec, msg.spec, msg.path)
         if self.system.is_alive(msg.path):
             await self.system.stop(msg.path, spec.shutdown_timeout)
@@ -196,4 +200,5 @@ class HostAgent(NodeAgent):
         return ref.address
 
     async def on_stop_subtree(self, msg: StopSubtree) -> str:
+        """Stop the subtree at its path; returns its exit reason."""
         return await self.system.stop(msg.path, msg.timeout)

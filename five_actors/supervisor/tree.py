@@ -95,6 +95,7 @@ class Supervisor(Actor):
         self._restart_times: deque[float] = deque()
         self._round = 0
         self._gave_up = False
+        self.log: Any = log  # bound to this supervisor's path once it runs
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -102,11 +103,15 @@ class Supervisor(Actor):
         self.log = log.bind(actor=self.ref.path)
         # If this supervisor dies without on_stop (crash, kill), its children must not outlive it.
         self.system.watch_address(self.ref.address, self._kill_orphans)
-        for child in self.children:
-            reason = await self._start(child)
-            if reason is not None:
-                await self._stop_all()
-                raise SupervisorError(f"child {child.spec.id!r} failed to start: {reason}")
+        try:
+            for child in self.children:
+                reason = await self._start(child)
+                if reason is not None:
+                    await self._stop_all()
+                    raise SupervisorError(f"child {child.spec.id!r} failed to start: {reason}")
+        except asyncio.CancelledError:
+            await self._stop_all()  # killed while starting (a host that never joined): stop what did start
+            raise
 
     async def on_stop(self) -> None:
         try:
@@ -123,12 +128,14 @@ class Supervisor(Actor):
     # -- messages -------------------------------------------------------------------------
 
     async def on_child_exited(self, msg: ChildExited) -> None:
+        """Apply the restart type and strategy to a child's exit."""
         child = self._find(msg.child)
         if child is None or child.generation != msg.generation or self._gave_up:
             return  # an incarnation this supervisor already stopped or replaced
         await self._handle_exit(child, msg.reason)
 
     async def on_restart_pending(self, msg: RestartPending) -> None:
+        """The backoff is over: start, in order, every child waiting to restart."""
         if msg.token != self._round or self._gave_up:
             return
         for child in list(self.children):
@@ -142,6 +149,7 @@ class Supervisor(Actor):
             self.log.info("child_restarted", child=child.spec.id, restarts=child.restarts)
 
     async def on_which_children(self, _msg: WhichChildren) -> list[dict[str, Any]]:
+        """One row per child (see `rows`)."""
         return self.rows()
 
     def status(self) -> dict[str, Any]:
@@ -279,7 +287,8 @@ class Supervisor(Actor):
         self.log.error("supervisor_gave_up", child=child.spec.id, reason=reason, restarts=restarts)
         await self._stop_all()
         error = SupervisorError(
-            f"gave up after {restarts} restarts in {self.spec.max_seconds:g}s: child {child.spec.id!r} exited with {reason}"
+            f"gave up (more than max_restarts={self.spec.max_restarts} within {self.spec.max_seconds:g}s): "
+            f"child {child.spec.id!r} exited with {reason}"
         )
         # A FiveActorsError raised in a handler only refuses one request; raised in an owned task it
         # crashes this actor, which is what giving up means.

@@ -27,6 +27,11 @@ from five_actors.game.state import (
 
 ITEM_DAMAGE, ITEM_HEALTH, ITEM_MANA = 12.0, 150.0, 120.0
 
+# The move head's directions as exact unit vectors (0 = +x, counter-clockwise by 45 degrees).
+_R = math.sqrt(0.5)
+DIR_X = np.array([1.0, _R, 0.0, -_R, -1.0, -_R, 0.0, _R])
+DIR_Y = np.array([0.0, _R, 1.0, _R, 0.0, -_R, -1.0, -_R])
+
 
 @njit(cache=True)
 def _event(ev: np.ndarray, nev: np.ndarray, g: int, kind: int, x: float, y: float, a: float, b: float) -> None:
@@ -178,10 +183,12 @@ def _hero_orders(g: int, actions: np.ndarray, u: np.ndarray, h: np.ndarray, sc: 
         x = u[g, i, X]
         y = u[g, i, Y]
         if a == A_MOVE:
-            d = actions[row, 1] if team == 0 else (6 - actions[row, 1]) % 8
-            ang = d * (math.pi / 4.0)
-            sc[g, i, NX_SCRATCH] = min(max(x + speed * math.cos(ang), 0.0), S)
-            sc[g, i, NY_SCRATCH] = min(max(y + speed * math.sin(ang), 0.0), S)
+            d = actions[row, 1]
+            # Team 1 sees the map reflected: its direction (dx, dy) is (-dy, -dx) on the map.
+            cx = DIR_X[d] if team == 0 else -DIR_Y[d]
+            cy = DIR_Y[d] if team == 0 else -DIR_X[d]
+            sc[g, i, NX_SCRATCH] = min(max(x + speed * cx, 0.0), S)
+            sc[g, i, NY_SCRATCH] = min(max(y + speed * cy, 0.0), S)
             continue
         if a == A_RECALL:
             sc[g, i, NX_SCRATCH] = FOUNT[team, 0]

@@ -14,7 +14,7 @@ from five_actors.game.env import LaneGame
 from five_actors.game.match import team_rows
 from five_actors.game.spec import action_spec, obs_spec
 from five_actors.game.state import (
-    A_ATTACK, A_MOVE, ALIVE, H_GOLD, HP, KIND, KIND_CREEP, MAXHP, TEAM, TGT, X, Y, fountains,
+    A_ATTACK, A_MOVE, ALIVE, DMG, H_GOLD, H_ITEMS, HP, KIND, KIND_CREEP, MAXHP, TEAM, TGT, X, Y, fountains,
     structure_positions,
 )
 
@@ -349,3 +349,14 @@ def test_team_spirit_one_shares_rewards_evenly() -> None:
         obs, masks = step.obs, step.masks
         per_team = step.rewards.reshape(-1, HPS)
         np.testing.assert_allclose(per_team, per_team[:, :1].repeat(HPS, axis=1), atol=1e-5)
+
+
+def test_the_shop_buys_an_item_once_a_hero_can_afford_it(env: LaneGame) -> None:
+    env.reset()
+    h, u = env.state.heroes[0], env.state.units[0]
+    h[0, H_GOLD] = CFG.item_cost - 0.1
+    damage = u[0, DMG]
+    step = env.step(noop(env))
+    assert h[0, H_ITEMS] == 1.0 and h[0, H_GOLD] < 1.0 and u[0, DMG] > damage
+    assert step.infos["reward/gold_spent"][0] == pytest.approx(CFG.item_cost * CFG.reward_gold_spent, rel=1e-3)
+    assert step.infos["reward/gold_spent"][1] == 0.0

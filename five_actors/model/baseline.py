@@ -71,11 +71,11 @@ class SyncTrainer:
         self._starts = torch.ones(len(self._index), dtype=torch.bool, device=policy.device)
         self._episode_return = np.zeros(rows, np.float64)
 
-    def train(self, total_steps: int, report: Callable[[Progress], None] | None = None) -> Progress:
-        """Run until `total_steps` environment steps, calling `report` after every update."""
+    def train(self, total_steps: int, report: Callable[[Progress], None] | None = None, max_seconds: float | None = None) -> Progress:
+        """Run until `total_steps` environment steps (or `max_seconds` of wall time), calling `report` after every update."""
         started = time.perf_counter()
         progress = Progress(0, 0.0, 0, 0, None, None)
-        while self.steps < total_steps:
+        while self.steps < total_steps and (max_seconds is None or time.perf_counter() - started < max_seconds):
             if self.config.anneal_learning_rate:
                 self.ppo.set_learning_rate(self.config.learning_rate * max(0.0, 1.0 - self.steps / total_steps))
             stats = self.ppo.update(self.collect())

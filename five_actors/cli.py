@@ -110,6 +110,39 @@ def _add_replay_parser(commands: argparse._SubParsersAction) -> None:  # type: i
     replay.set_defaults(func=cmd_replay)
 
 
+def cmd_match(args: argparse.Namespace) -> int:
+    """Play one lane-game match between two bots, print its result as JSON, and record it."""
+    import dataclasses
+
+    from five_actors.config import Config, apply_override, from_mapping, load_config
+    from five_actors.game.bots import RandomBot, ScriptedBot
+    from five_actors.game.match import play_match
+
+    if args.config:
+        config = load_config(args.config, args.set or ())
+    else:
+        tree: dict[str, object] = {}
+        for assignment in args.set or ():
+            apply_override(tree, assignment)
+        config = from_mapping(Config, tree)
+    game = dataclasses.replace(config.game, seed=args.seed)
+    bots = {"scripted": lambda: ScriptedBot(game), "random": lambda: RandomBot(seed=args.seed)}
+    result = play_match(game, bots[args.team0](), bots[args.team1](), seed=args.seed, record=args.record)
+    sys.stdout.write(orjson.dumps(result).decode() + "\n")
+    return 0
+
+
+def _add_match_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    match = commands.add_parser("match", help="play one lane-game match between two bots and record it")
+    match.add_argument("--team0", choices=("scripted", "random"), default="scripted", help="team 0's bot")
+    match.add_argument("--team1", choices=("scripted", "random"), default="random", help="team 1's bot")
+    match.add_argument("--seed", type=int, default=0, help="the match's seed (hero drafts, random bot)")
+    match.add_argument("--record", metavar="PATH", help="save the match replay here (see `five-actors replay`)")
+    match.add_argument("--config", help="a config file or bundled config name for its [game] section")
+    match.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. game.lanes=1")
+    match.set_defaults(func=cmd_match)
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     """Start the root supervisor and its tree on this host, serve HTTP, stop cleanly on Ctrl-C/SIGTERM."""
     from five_actors.config import load_config
@@ -252,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=cmd_bench)
     _add_logs_parser(commands)
     _add_replay_parser(commands)
+    _add_match_parser(commands)
     _add_supervisor_parsers(commands)
     _add_surgery_parser(commands)
     return parser

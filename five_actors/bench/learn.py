@@ -37,6 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=5, help="independent runs, seeds 0..K-1")
     parser.add_argument("--num-envs", type=int, default=8, help="gymnasium copies, or lane games per batch")
     parser.add_argument("--target", type=float, default=475.0, help="report the steps at which the mean return first reaches this")
+    parser.add_argument("--stop-at-target", action="store_true", help="end a seed once its mean return reaches --target")
+    parser.add_argument("--minutes", type=float, default=None, help="also stop each seed after this much wall time")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--config", default=None, help="config file or bundled name for [model], [ppo], [game] (default: built-in defaults)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override, repeatable")
@@ -94,7 +96,8 @@ def _one_seed(args: argparse.Namespace, config: Config, seed: int) -> dict[str, 
         sys.stderr.flush()
 
     started = time.perf_counter()
-    final = trainer.train(args.steps, report)
+    stop = (lambda p: bool(reached)) if args.stop_at_target else None
+    final = trainer.train(args.steps, report, None if args.minutes is None else 60 * args.minutes, stop)
     sys.stderr.write("\n")
     wall = time.perf_counter() - started
     keep = max(1, len(curve) // args.points)

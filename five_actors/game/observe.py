@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
+from five_actors.game.jit import kernel
 from five_actors.game.sim import vulnerable
 from five_actors.game.state import (
     AB_COOLDOWN, AB_COST, AB_KIND, ACD, AK_AREA, AK_HASTE, AK_HEAL, AK_NUKE, ALIVE, A_ABILITY0, A_ATTACK,
@@ -22,7 +23,7 @@ from five_actors.game.state import (
 )
 
 
-@njit(cache=True)
+@kernel
 def _visibility(g: int, u: np.ndarray, vis: np.ndarray, nh: int, sb: int) -> None:
     """vis[g, team, unit]: a team sees its own units, all structures, and any unit within the
     vision radius of one of its living units."""
@@ -60,7 +61,7 @@ def _visibility(g: int, u: np.ndarray, vis: np.ndarray, nh: int, sb: int) -> Non
             vis[g, team, k] = seen
 
 
-@njit(cache=True)
+@kernel
 def _remember(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, vis: np.ndarray, step: float,
               hps: int) -> None:
     """Refresh each team's last-seen features of the enemy heroes it sees now."""
@@ -80,21 +81,21 @@ def _remember(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, vis: np.nd
                 seen[g, team, j, S_STUN] = 1.0 if u[g, e, STUN] > 0 else 0.0
 
 
-@njit(cache=True)
+@kernel
 def _rel(team: int, dx: float, dy: float) -> tuple[float, float]:
     if team == 0:
         return dx, dy
     return -dy, -dx
 
 
-@njit(cache=True)
+@kernel
 def _closer(d2: float, rx: float, ry: float, other_d2: float, other_x: float, other_y: float) -> bool:
     if abs(d2 - other_d2) > 1e-3:
         return d2 < other_d2
     return rx < other_x - 1e-3 or (abs(rx - other_x) <= 1e-3 and ry < other_y)
 
 
-@njit(cache=True)
+@kernel
 def observe_game(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.ndarray, vis: np.ndarray,
                  obs: np.ndarray, slot_unit: np.ndarray, mtype: np.ndarray, mmove: np.ndarray,
                  mtarget: np.ndarray, P: np.ndarray, AB: np.ndarray, widths: np.ndarray, n_types: int,
@@ -285,7 +286,7 @@ def observe_game(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.
                off_creep, w_creep, v2)
 
 
-@njit(cache=True)
+@kernel
 def _masks(g: int, i: int, row: int, u: np.ndarray, h: np.ndarray, vis: np.ndarray, vuln: np.ndarray,
            obs: np.ndarray, slot_unit: np.ndarray, mtype: np.ndarray, mmove: np.ndarray, mtarget: np.ndarray,
            AB: np.ndarray, hps: int, sb: int, n_creep_slots: int, off_creep: int, w_creep: int, v2: bool) -> None:
@@ -352,7 +353,7 @@ def _masks(g: int, i: int, row: int, u: np.ndarray, h: np.ndarray, vis: np.ndarr
             mtarget[row, a, :] = True
 
 
-@njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def observe_all(u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.ndarray, vis: np.ndarray,
                 obs: np.ndarray, slot_unit: np.ndarray, mtype: np.ndarray, mmove: np.ndarray,
                 mtarget: np.ndarray, P: np.ndarray, AB: np.ndarray, widths: np.ndarray, n_types: int,
@@ -363,7 +364,7 @@ def observe_all(u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.ndarray, 
                      hps, sb)
 
 
-@njit(cache=True)
+@kernel
 def observe_serial(u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.ndarray, vis: np.ndarray,
                    obs: np.ndarray, slot_unit: np.ndarray, mtype: np.ndarray, mmove: np.ndarray,
                    mtarget: np.ndarray, P: np.ndarray, AB: np.ndarray, widths: np.ndarray, n_types: int,

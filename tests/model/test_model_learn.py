@@ -14,7 +14,7 @@ def test_a_short_cartpole_run_improves_the_return() -> None:
     torch.set_num_threads(1)  # a small model on a shared machine: more threads only contend
     env = GymBatchEnv("CartPole-v1", 8, seed=0)
     policy = Policy(ModelSpec.build(env.obs_spec, env.action_spec, ModelConfig(lstm_size=32)))
-    config = PPOConfig(learning_rate=1e-3)
+    config = PPOConfig(learning_rate=1e-3, horizon_seconds=2.0)  # gamma 0.99 at 50 steps/s
     trainer = SyncTrainer(env, policy, config, config.gamma(env.seconds_per_step))
     reports: list[Progress] = []
     trainer.train(25_000, reports.append)

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from five_actors.errors import FiveActorsError, SurgeryRejected
 from five_actors.game.layout import ActionSpec, EntityBlock, ObsSpec
-from five_actors.model.policy import State
+from five_actors.model.policy import Policy, State
 from five_actors.model.spec import ModelSpec
 from five_actors.surgery.state import Edit, ModelState
 
@@ -94,9 +94,7 @@ def apply(ops: Sequence[SurgeryOp], state: ModelState, seed: int = 0) -> ModelSt
             raise SurgeryRejected(f"unknown operation {op.name!r} (known: {', '.join(sorted(OPERATIONS))})")
         try:
             OPERATIONS[op.name][1](edit, op.args, generator)
-        except SurgeryRejected as exc:
-            raise SurgeryRejected(f"{op}: {exc}") from None
-        except (FiveActorsError, ValueError, KeyError) as exc:
+        except (FiveActorsError, ValueError, KeyError) as exc:  # a layout the spec refuses is a refused surgery too
             raise SurgeryRejected(f"{op}: {exc}") from None
     result = edit.finish()
     _check_shapes(result)
@@ -105,8 +103,6 @@ def apply(ops: Sequence[SurgeryOp], state: ModelState, seed: int = 0) -> ModelSt
 
 def _check_shapes(state: ModelState) -> None:
     """The result must load strictly into a Policy of its spec: same names, same shapes."""
-    from five_actors.model.policy import Policy
-
     with torch.device("meta"):
         expected = {k: tuple(v.shape) for k, v in Policy(state.spec).state_dict().items()}
     found = {k: tuple(v.shape) for k, v in state.params.items()}

@@ -9,7 +9,7 @@ the lane game against the scripted bot with the one-process PPO baseline:
    share of games (masked in the others);
 2. scratch: train on game v2 with an LSTM of `--lstm-to` from the start for the same steps.
 
-It prints both arms' win rate over the last 20 games against steps, the win rate just before
+It prints both arms' win rate and mean return over the last 20 games against steps, the win rate just before
 and just after the swap, and the pause the swap caused (probe recording, surgery, check,
 rebuild; in this synchronous variant no steps are lost, the games in progress restart).
 """
@@ -191,7 +191,7 @@ def _reporter(label: str, curve: list[dict[str, Any]], offset: int, total: int, 
     """A progress callback appending (steps, wall seconds since `started`, win rate) to `curve`."""
 
     def report(p: Progress) -> None:
-        curve.append({"steps": offset + p.steps, "wall_s": round(time.perf_counter() - started, 2), "win_rate": p.win_rate})
+        curve.append({"steps": offset + p.steps, "wall_s": round(time.perf_counter() - started, 2), "win_rate": p.win_rate, "mean_return": p.mean_return})
         win = "-" if p.win_rate is None else f"{p.win_rate:.2f}"
         sys.stderr.write(f"\rsurgery bench {label}: {offset + p.steps:,}/{total:,} steps, win rate {win}   ")
         sys.stderr.flush()

@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,7 @@ from five_actors.model.baseline import Opponent, Progress, SyncTrainer
 from five_actors.model.policy import Policy
 from five_actors.model.spec import ModelSpec
 from five_actors.surgery.anneal import apply_anneal
+from five_actors.surgery.state import ModelState
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,7 +83,6 @@ class AnnealedEnv:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run both arms and report their curves and the swap."""
     from five_actors.surgery.ops import SurgeryOp
-    from five_actors.surgery.state import ModelState
     from five_actors.surgery.verify import operate, record_probes
 
     from five_actors.logs import configure_logging
@@ -154,7 +155,7 @@ def _config(overrides: list[str]) -> Config:
     return from_mapping(Config, tree)
 
 
-def _trainer(config: Config, version: int, lstm: int, args: argparse.Namespace, state: Any) -> tuple[SyncTrainer, AnnealedEnv | None]:
+def _trainer(config: Config, version: int, lstm: int, args: argparse.Namespace, state: ModelState | None) -> tuple[SyncTrainer, AnnealedEnv | None]:
     """A baseline trainer on game `version` vs the scripted bot; from `state` (a ModelState) when given."""
     from five_actors.game.bots import ScriptedBot
     from five_actors.game.env import LaneGame
@@ -187,7 +188,7 @@ def _opponent(game: Any, bot: Any, rows: np.ndarray) -> Opponent:
     return act
 
 
-def _reporter(label: str, curve: list[dict[str, Any]], offset: int, total: int, started: float) -> Any:
+def _reporter(label: str, curve: list[dict[str, Any]], offset: int, total: int, started: float) -> Callable[[Progress], None]:
     """A progress callback appending (steps, wall seconds since `started`, win rate) to `curve`."""
 
     def report(p: Progress) -> None:

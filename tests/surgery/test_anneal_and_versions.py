@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from five_actors.errors import SurgeryRejected
 from five_actors.surgery.anneal import apply_anneal
@@ -31,8 +32,11 @@ def test_anneal_refuses_unknown_types_and_bad_shares() -> None:
 
 def test_one_surgery_over_several_versions_is_all_or_nothing(trained: ModelState, probes_v1: Probes) -> None:
     ops = [SurgeryOp("widen-lstm", ("40",))]
-    results = operate_all(ops, {3: trained, 5: trained}, probes_v1)
+    past = ModelState(trained.spec, trained.params)  # pool versions keep no optimizer state
+    results = operate_all(ops, {3: past, 5: trained}, probes_v1)
     assert {k: r[0].spec.lstm_size for k, r in results.items()} == {3: 40, 5: 40}
+    assert results[3][0].optimizer is None and results[5][0].optimizer is not None
+    assert torch.equal(results[3][0].params["lstm.weight_hh"], results[5][0].params["lstm.weight_hh"])  # same new units
     assert all(r[1].preserved for r in results.values())
     wider = results[5][0]
     with pytest.raises(SurgeryRejected, match="version 7: .*removal is not supported"):

@@ -8,5 +8,7 @@ BENCHMARKS: dict[str, str] = {
     "transport": "five_actors.bench.transport",
     "env": "five_actors.bench.env",
     "supervisor": "five_actors.bench.supervisor",
+    "learn": "five_actors.bench.learn",
+    "policy": "five_actors.bench.policy",
 }
 """Benchmark name -> module path."""

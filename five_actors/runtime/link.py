@@ -68,6 +68,8 @@ class Link:
         self.replaced = False
         self.incarnation = incarnation
         """The peer's incarnation, from its hello: a new one means the peer restarted."""
+        self.dialed_url = ""
+        """The URL this node dialled for an outbound link (the peer may advertise another)."""
         self.max_bytes = max_bytes
         """Largest websocket message both ends accept: no frame or batch is bigger."""
         self._batch: list[bytes] = []

@@ -153,7 +153,7 @@ class Transport:
         """Open (or reuse) a link to the node listening at `url`; one attempt, no retries."""
         url = normalise_url(url)
         for link in self.links.values():
-            if link.url == url and link.is_up:
+            if url in (link.url, link.dialed_url) and link.is_up:
                 return link
         task = self._connecting.get(url)
         if task is None:
@@ -220,6 +220,7 @@ class Transport:
             await ws.close(code=WSCloseCode.PROTOCOL_ERROR, message=close_message(str(exc)))
             raise LinkError(f"handshake with {url} failed: {exc}") from None
         link = self._add_link(ws, hello, outbound=True)
+        link.dialed_url = url
         if link.ws is ws:
             self._spawn(self._serve(link))
         return link

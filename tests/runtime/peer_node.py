@@ -37,7 +37,7 @@ class Sleep:
 
 
 @message
-class CrashPeer:
+class Die:
     """Echo raises RuntimeError(reason): the actor crashes."""
 
     reason: str
@@ -80,7 +80,7 @@ class Echo(Actor):
         await asyncio.sleep(msg.seconds)
         return msg.seconds
 
-    async def on_crash_peer(self, msg: CrashPeer) -> None:
+    async def on_die(self, msg: Die) -> None:
         raise RuntimeError(msg.reason)
 
 

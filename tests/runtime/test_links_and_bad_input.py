@@ -9,8 +9,8 @@ import msgpack
 import numpy as np
 import pytest
 from aiohttp import WSMsgType, web
-from conftest import TOKEN, NodeFactory
-from peer_node import CrashPeer, Echo, Probe
+from runtime_support import TOKEN, NodeFactory
+from peer_node import Die, Echo, Probe
 from structlog.testing import capture_logs
 
 from five_actors.errors import ActorDown, RemoteError, TokenRefused, WireError
@@ -55,7 +55,7 @@ async def test_remote_ask_tell_and_errors_between_two_nodes(make_node: NodeFacto
     with pytest.raises(ActorDown, match="no actor running at b/nobody"):
         await a.ask("b/nobody", Probe(3))
     with pytest.raises(ActorDown, match="b/echo is down \\(RuntimeError: boom\\)"):
-        await a.ask("b/echo", CrashPeer("boom"))
+        await a.ask("b/echo", Die("boom"))
     with pytest.raises(ActorDown, match="node 'c' is not known"):
         await a.ask("c/echo", Probe(4))
     links = {row["peer"]: row for row in a.links()}
@@ -267,3 +267,11 @@ async def test_frames_for_addresses_that_are_not_here_get_answers_not_a_broken_l
         assert [e.body for e in answers[2:]] == ["noproc", "noproc"]
         await ws.send_bytes(wire.encode("ask", to="a/echo", id=5, body=Probe(5)))
         assert wire.decode((await ws.receive()).data).body == Probe(5)
+
+
+async def test_connecting_again_by_another_spelling_of_the_url_keeps_one_link(make_node: NodeFactory) -> None:
+    a, b = await make_node("a"), await make_node("b")
+    await a.connect(b.url)
+    assert await a.connect(f"http://localhost:{b.port}/") == "b"  # b advertises ws://127.0.0.1:PORT
+    assert await a.connect(f"http://localhost:{b.port}") == "b"
+    assert [row["peer"] for row in a.links()] == ["b"] and len(b.links()) == 1

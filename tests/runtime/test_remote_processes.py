@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 import pytest
-from conftest import NodeFactory, PeerProcess, free_port
-from peer_node import Add, Blob, CrashPeer, Forward, Probe, Sleep, Total
+from runtime_support import NodeFactory, PeerProcess, free_port
+from peer_node import Add, Blob, Die, Forward, Probe, Sleep, Total
 
 from five_actors.errors import ActorDown, AskTimeout, UnknownMessageType
 from five_actors.runtime.actor import Actor, Down, message
@@ -65,7 +65,7 @@ async def test_tell_ask_and_watch_across_processes(make_node: NodeFactory, peer_
     node.system.watch(watcher.ref, node.ref("peer/nobody"))
     assert await asyncio.wait_for(watcher.downs.get(), 10) == Down("peer/nobody", "noproc")
     with pytest.raises(ActorDown, match="peer/echo is down \\(RuntimeError: on purpose\\)"):
-        await node.ask("peer/echo", CrashPeer("on purpose"))
+        await node.ask("peer/echo", Die("on purpose"))
     assert await asyncio.wait_for(watcher.downs.get(), 10) == Down("peer/echo", "RuntimeError: on purpose")
 
 

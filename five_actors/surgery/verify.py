@@ -16,6 +16,7 @@ surgery must keep the largest absolute difference within 1e-6 (float32).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -220,24 +221,29 @@ def compare(old: ModelState, new: ModelState, probes: Probes) -> Verification:
     value_diff = 0.0
     starts = torch.as_tensor(probes.starts)
     for t in range(probes.steps):
+        keep = (~starts[t]).float().unsqueeze(-1)
         outputs = []
         for i, (policy, obs) in enumerate(models):
-            keep = (~starts[t]).float().unsqueeze(-1)
             h, c = states[i]
             probs, value, states[i] = distributions(policy, obs[t], {k: v[t] for k, v in masks[i].items()}, (h * keep, c * keep))
             outputs.append((probs, value))
         (old_probs, old_value), (new_probs, new_value) = outputs
         for name, p in old_probs.items():
             q = new_probs[name]
-            extra = torch.ones(q.shape[-1 if name == "type" else -2], dtype=torch.bool)
-            extra[old_types] = False
-            if name == "type":
-                gap = torch.cat([(q[:, old_types] - p).abs().flatten(), q[:, extra].abs().flatten()])
-            else:
-                gap = (q[:, old_types] - p).abs().flatten()
-            diffs[name] = max(diffs.get(name, 0.0), float(gap.max()) if gap.numel() else 0.0)
-        value_diff = max(value_diff, float((new_value - old_value).abs().max()))
-    return Verification(max(diffs.values()), diffs, value_diff, probes.steps, probes.rows)
+            gap = (q[:, old_types] - p).abs().flatten()
+            if name == "type":  # types the old model lacks are masked: their probability must be 0
+                added = torch.ones(q.shape[-1], dtype=torch.bool)
+                added[old_types] = False
+                gap = torch.cat([gap, q[:, added].abs().flatten()])
+            diffs[name] = _worse(diffs.get(name, 0.0), gap)
+        value_diff = _worse(value_diff, (new_value - old_value).abs())
+    return Verification(_worse(0.0, torch.tensor(list(diffs.values()))), diffs, value_diff, probes.steps, probes.rows)
+
+
+def _worse(so_far: float, gaps: Tensor) -> float:
+    """The larger of `so_far` and the largest of `gaps`; NaN anywhere wins, so a broken model never passes."""
+    largest = float(gaps.max()) if gaps.numel() else 0.0
+    return math.nan if math.isnan(so_far) or math.isnan(largest) else max(so_far, largest)
 
 
 def verify(old: ModelState, new: ModelState, probes: Probes, tolerance: float = TOLERANCE) -> Verification:

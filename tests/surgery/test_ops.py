@@ -54,6 +54,14 @@ def test_verification_catches_a_change_of_behaviour(trained: ModelState, probes_
         verify(trained, broken, probes_v1)
 
 
+def test_verification_refuses_a_model_that_outputs_nan(trained: ModelState, probes_v1: Probes) -> None:
+    new = apply(ops("widen-lstm 48"), trained)
+    params = dict(new.params)
+    params["value_head.bias"] = torch.full_like(params["value_head.bias"], float("nan"))
+    with pytest.raises(SurgeryRejected, match="max value difference nan"):
+        verify(trained, ModelState(new.spec, params, new.optimizer, new.anneal), probes_v1)
+
+
 def test_new_units_get_small_random_inputs_and_zero_outputs(trained: ModelState) -> None:
     new = apply(ops("widen-lstm 48"), trained)
     hh = new.params["lstm.weight_hh"]

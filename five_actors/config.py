@@ -22,6 +22,7 @@ from five_actors.runtime.config import NodeConfig
 from five_actors.supervisor.config import TreeConfig
 from five_actors.game.config import GameConfig
 from five_actors.model.config import ModelConfig, PPOConfig
+from five_actors.actors.config import TrainingConfig
 
 T = TypeVar("T")
 
@@ -170,6 +171,8 @@ class Config:
     """The policy network's sizes and device."""
     ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
     """The PPO learner's hyperparameters."""
+    training: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
+    """The five actors: games per actor, chunk length, inference batching, opponents, ..."""
 
 
 def load_config(name: str | Path, overrides: typing.Sequence[str] = ()) -> Config:

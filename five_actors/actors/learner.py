@@ -129,6 +129,10 @@ class LearnerActor(Actor):
         self.steps = 0
         self.base_steps = 0
         self.skipped = 0
+        self.busy_s = 0.0
+        """Seconds spent in optimizer steps (allreduce included)."""
+        self.allreduce_s = 0.0
+        """Seconds spent averaging gradients across the ranks."""
         self.last: dict[str, float] = {}
         self._grouped = False
 
@@ -265,7 +269,10 @@ class LearnerActor(Actor):
         started = time.perf_counter()
         stats = self._step(minibatch)
         self.steps += 1
-        stats.update(self._counters(minibatch, time.perf_counter() - started))
+        seconds = time.perf_counter() - started
+        self.busy_s += seconds
+        self.allreduce_s += stats["allreduce_ms"] / 1e3
+        stats.update(self._counters(minibatch, seconds))
         self.last = stats
         result: dict[str, Any] = {"stats": stats}
         if self.steps % t.publish_every == 0:
@@ -396,6 +403,9 @@ class LearnerActor(Actor):
             "chunks_dropped_stale": counters.dropped_stale,
             "chunks_evicted_unused": counters.evicted_unused,
             "skipped_updates": self.skipped,
+            "step_ms_mean": round(1e3 * self.busy_s / max(self.steps, 1), 3),
+            "allreduce_ms_mean": round(1e3 * self.allreduce_s / max(self.steps, 1), 3),
+            "allreduce_share": round(self.allreduce_s / self.busy_s, 4) if self.busy_s else 0.0,
         }
 
     async def on_get_stats(self, _msg: GetStats) -> dict[str, Any]:

@@ -7,5 +7,6 @@ command prints the dict as one JSON object.
 BENCHMARKS: dict[str, str] = {
     "transport": "five_actors.bench.transport",
     "env": "five_actors.bench.env",
+    "learner": "five_actors.bench.learning",
 }
 """Benchmark name -> module path."""

@@ -129,6 +129,8 @@ class Actor:
     mailbox_size: ClassVar[int] = 1024
     ref: ActorRef
     system: ActorSystem
+    context: Any = None
+    """The supervisor's TreeContext (run config, run dir), set before a supervised actor starts; None otherwise."""
 
     async def on_start(self) -> None:
         """Runs before the first message; an exception here is a crash."""

@@ -22,7 +22,7 @@ from typing import Any, TextIO
 import orjson
 import structlog
 
-from five_actors.config import Config, from_mapping
+from five_actors.config import RUN_CONFIG, Config, from_mapping, read_run_config, write_run_config
 from five_actors.errors import ConfigError, FiveActorsError
 from five_actors.logs import configure_logging
 from five_actors.runtime.actor import NORMAL_EXITS, Actor
@@ -72,6 +72,21 @@ def read_token(path: Path) -> str:
     return token
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on `host` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def resolve_run_config(config: Config) -> Config:
+    """The config as the run uses it: a learner rendezvous port of 0 becomes a free port."""
+    training = config.training
+    if training.rendezvous_port == 0:
+        training = dataclasses.replace(training, rendezvous_port=free_port(training.rendezvous_host))
+    return dataclasses.replace(config, training=training)
+
+
 def _shutdown_timeout(spec: SupervisorSpec) -> float:
     """Long enough to stop every child of `spec` one after the other, with their subtrees."""
     return sum(c.shutdown_timeout + (_shutdown_timeout(c) if c.children else 0.0) for c in spec.children) + 5.0
@@ -112,6 +127,8 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
     check_importable(config.tree)
     run_dir.mkdir(parents=True, exist_ok=True)
     token = write_token(run_dir)
+    config = resolve_run_config(config)
+    write_run_config(config, run_dir)
     configure_logging(HEAD_NODE, run_dir / "logs")
     node_config = dataclasses.replace(config.node, **{k: v for k, v in (("host", host), ("port", port)) if v is not None})
     out.write(f"run dir: {run_dir}\n")
@@ -121,7 +138,7 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
     out.write(f"serving http://{node_config.host}:{node.port} (/health /actors /metrics), links at {node.url}/ws\n")
     out.flush()
     node.system.spawn(registry, REGISTRY_PATH)
-    context = TreeContext(node.system, run_dir, node, hosts=registry)
+    context = TreeContext(node.system, run_dir, node, hosts=registry, config=config)
     root = node.system.spawn(Supervisor(config.tree, context), ROOT_PATH)
     ticker = asyncio.get_running_loop().create_task(_print_progress(agent, out))
     root_exit = asyncio.ensure_future(node.system.wait(root))
@@ -166,8 +183,10 @@ async def child_node(node_id: str, path: str, spec_json: str, parent: str, run_d
     node.system.spawn(agent, AGENT_PATH)
     try:
         await node.connect(parent)
-        context = TreeContext(node.system, Path(run_dir) if run_dir else None, node, log_level=log_level)
+        config = read_run_config(Path(run_dir)) if run_dir and (Path(run_dir) / RUN_CONFIG).is_file() else None
+        context = TreeContext(node.system, Path(run_dir) if run_dir else None, node, log_level=log_level, config=config)
         hosted: Actor = Supervisor(spec, context) if spec.is_tree else import_class(spec.actor, f"{spec.id}.actor")(**spec.args)
+        hosted.context = context  # before it starts, as in the parent's supervisor
         ref = node.system.spawn(hosted, path)
         reason = await node.system.wait_started(ref)
     except Exception as exc:  # noqa: BLE001 - whatever stops the start is the child's exit reason

@@ -21,7 +21,7 @@ class TrainingConfig:
     rollout_chunk_steps: int = 16
     """Steps per shipped Rollout chunk (T): the truncated-backprop length."""
     gae_window: int = 32
-    """Steps of the window GAE is computed over (a multiple of rollout_chunk_steps; bootstrapped at its end)."""
+    """Steps after a chunk that its GAE looks ahead, bootstrapping from the value there (a multiple of rollout_chunk_steps)."""
     past_opponent_share: float = 0.2
     """Share of games played against a past version from the pool (the rest are self-play)."""
     inference_batch_rows: int = 256

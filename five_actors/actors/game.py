@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+import zlib
 from typing import Any
 
 import numpy as np
@@ -67,6 +68,8 @@ class _StepRecord:
     versions: np.ndarray
     latest: np.ndarray
     """bool [rows]: the row played the latest policy at this step."""
+    components: dict[str, np.ndarray]
+    """Each reward component (the game's `reward/NAME` infos) per row."""
 
 
 class GameActor(Actor):
@@ -109,7 +112,8 @@ class GameActor(Actor):
     async def on_start(self) -> None:
         config = actor_config(self, self._config_arg)
         self.training = training = config.training
-        seed = self.seed if self.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
+        # Each game actor plays its own games: its seed comes from the run's and its path.
+        seed = self.seed if self.seed is not None else (training.seed + zlib.crc32(self.ref.path.encode())) % 2**31
         game_config = dataclasses.replace(config.game, games_per_batch=training.games_per_actor, seed=seed)
         # The first LaneGame of a process compiles its numba kernels: off the event loop.
         self.game = await asyncio.to_thread(LaneGame, game_config)
@@ -144,6 +148,7 @@ class GameActor(Actor):
             self.buffer.append(_StepRecord(
                 obs, masks, h, c, np.asarray(reply.actions), np.asarray(reply.logp), np.asarray(reply.value),
                 step.rewards, step.dones, starts, np.asarray(reply.versions), latest,
+                {k.removeprefix("reward/"): v for k, v in step.infos.items() if k.startswith("reward/")},
             ))  # fmt: skip
             self.batch_steps += 1
             self.env_steps += game.num_games
@@ -290,9 +295,10 @@ class GameActor(Actor):
         self.log.warning("chunks_lost", chunks=count, chunks_lost=self.chunks_lost, reason="no learner is up")
 
     def _log_chunk(self, chunk: list[_StepRecord], rows: np.ndarray) -> None:
-        rewards = np.stack([s.rewards[rows] for s in chunk])
-        self.log.info("rollout_chunk", chunks=len(rows), steps=len(chunk), reward_sum=float(rewards.sum()),
-                      version=int(chunk[0].versions[rows].min()), **{f"reward_{k}": v for k, v in self.reward_totals.items()})
+        """One event per shipped chunk: its shaped reward and each component, summed over its rows and steps."""
+        components = {f"reward_{name}": round(float(sum(s.components[name][rows].sum() for s in chunk)), 6) for name in chunk[0].components}
+        self.log.info("rollout_chunk", chunks=len(rows), steps=len(chunk), version=int(chunk[0].versions[rows].min()),
+                      reward=round(float(sum(s.rewards[rows].sum() for s in chunk)), 6), **components)
 
     async def _watch_learner(self, address: str) -> None:
         """Keep `learner_up[address]` current: down on its exit, up again once a new watch holds."""

@@ -28,6 +28,8 @@ class TrainingConfig:
     """Most rows the InferenceActor evaluates in one forward pass."""
     inference_deadline_ms: float = 5.0
     """Longest an inference request waits for a batch to fill, in milliseconds."""
+    inference_torch_threads: int = 1
+    """Torch intra-op threads of an InferenceActor's process on the CPU (0: torch's default; small batches run best on 1)."""
     inference_cache_versions: int = 4
     """Past policy versions an InferenceActor keeps in memory (LRU) for opponent rows."""
     infer_timeout_s: float = 10.0
@@ -81,7 +83,7 @@ class TrainingConfig:
                      "reuse_window_s", "allreduce_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("max_staleness", "eval_past_versions"):
+        for name in ("max_staleness", "eval_past_versions", "inference_torch_threads"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0 <= self.rendezvous_port <= 65535:

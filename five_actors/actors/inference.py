@@ -105,6 +105,10 @@ class InferenceActor(Actor):
         config = actor_config(self, self._config_arg)
         self.training = config.training
         self.device = self._device_arg or config.model.device
+        if self.device == "cpu" and self.training.inference_torch_threads:
+            # Forwards of a few hundred rows gain little from intra-op threads and lose much when
+            # the cores are shared with game processes.
+            torch.set_num_threads(self.training.inference_torch_threads)
         self.log = log.bind(actor=self.ref.path)
         self.server = self.system.ref(self.params_address)
         self.spawn_task(self._subscribe(), "inference:subscribe")

@@ -144,9 +144,10 @@ class GameActor(Actor):
         while True:
             latest = self._row_versions() == LATEST
             reply = await self._infer(obs, masks, h, c)
-            step = game.step(reply.actions)
+            actions = np.array(reply.actions)  # writable: a read-only array would make numba compile the kernel again
+            step = game.step(actions)
             self.buffer.append(_StepRecord(
-                obs, masks, h, c, np.asarray(reply.actions), np.asarray(reply.logp), np.asarray(reply.value),
+                obs, masks, h, c, actions, np.asarray(reply.logp), np.asarray(reply.value),
                 step.rewards, step.dones, starts, np.asarray(reply.versions), latest,
                 {k.removeprefix("reward/"): v for k, v in step.infos.items() if k.startswith("reward/")},
             ))  # fmt: skip

@@ -26,6 +26,7 @@ from five_actors.runtime.config import NodeConfig
 from five_actors.supervisor.config import TreeConfig
 from five_actors.game.config import GameConfig
 from five_actors.model.config import ModelConfig, PPOConfig
+from five_actors.actors.config import TrainingConfig
 
 T = TypeVar("T")
 

@@ -42,8 +42,14 @@ class TrainingConfig:
     """Chunks played by a version older than latest - max_staleness are dropped (counted), not trained on."""
     max_sample_reuse: float = 2.0
     """Most times a chunk is trained on, on average; the learner waits for fresh data beyond it."""
+    reuse_window_s: float = 30.0
+    """Seconds over which sample reuse (samples consumed / samples produced) is measured."""
+    allreduce_timeout_s: float = 60.0
+    """How long a learner waits on its peers in a collective before failing (its group then restarts)."""
     checkpoint_every: int = 10
     """The ParamServer writes a checkpoint every this many versions (and on stop)."""
+    keep_checkpoints: int = 3
+    """Latest checkpoints kept on disk; opponent-pool members' checkpoints are kept as well."""
     pool_add_every: int = 10
     """Every this many versions, the latest joins the opponent pool."""
     pool_eta: float = 0.01
@@ -61,7 +67,7 @@ class TrainingConfig:
 
     def __post_init__(self) -> None:
         at_least_one = ("games_per_actor", "rollout_chunk_steps", "inference_batch_rows", "inference_cache_versions", "buffer_chunks",
-                        "minibatch_chunks", "publish_every", "checkpoint_every", "pool_add_every", "eval_games")  # fmt: skip
+                        "minibatch_chunks", "publish_every", "checkpoint_every", "keep_checkpoints", "pool_add_every", "eval_games")  # fmt: skip
         for name in at_least_one:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -70,7 +76,7 @@ class TrainingConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.past_opponent_share <= 1.0:
             raise ValueError(f"past_opponent_share must be within [0, 1], got {self.past_opponent_share}")
-        for name in ("infer_timeout_s", "max_sample_reuse", "pool_eta", "eval_every_s"):
+        for name in ("infer_timeout_s", "max_sample_reuse", "pool_eta", "eval_every_s", "reuse_window_s", "allreduce_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.minibatch_chunks > self.buffer_chunks:

@@ -29,7 +29,7 @@ from five_actors.supervisor.main import resolve_run_config
 from five_actors.supervisor.tree import Supervisor
 from tests.supervisor.cluster import REPO
 
-REPORTER = "tests.actors.context_actors:ContextReporter"
+REPORTER = "tests.actors.support:ContextReporter"
 
 
 @pytest.mark.parametrize("name", bundled_configs())

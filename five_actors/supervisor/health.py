@@ -38,8 +38,6 @@ def problems(view: dict[str, Any]) -> list[str]:
         if required and actor.get("state") != "running":
             error = f" (last error: {actor['last_error']})" if actor.get("last_error") else ""
             reasons.append(f"{actor['path']} on {actor.get('node')}: {actor.get('state')}{error}")
-    if not any(a.get("kind") == "supervisor" for a in view["actors"]):
-        reasons.append("no supervisor is running on this node")
     return reasons
 
 

@@ -34,7 +34,7 @@ from five_actors.supervisor.child import TreeContext
 from five_actors.supervisor.config import ChildSpec, SupervisorSpec, check_importable, import_class
 from five_actors.supervisor.hosts import REGISTRY_PATH, HostAgent, HostRegistry
 from five_actors.supervisor.processes import TOKEN_ENV, report
-from five_actors.supervisor.progress import progress_line
+from five_actors.supervisor.progress import ProgressLine
 from five_actors.supervisor.tree import Supervisor
 
 log = structlog.get_logger("five_actors.supervisor")
@@ -130,7 +130,10 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
     config = resolve_run_config(config)
     write_run_config(config, run_dir)
     configure_logging(HEAD_NODE, run_dir / "logs")
-    node_config = dataclasses.replace(config.node, **{k: v for k, v in (("host", host), ("port", port)) if v is not None})
+    try:
+        node_config = dataclasses.replace(config.node, **{k: v for k, v in (("host", host), ("port", port)) if v is not None})
+    except ValueError as exc:
+        raise ConfigError(f"--host/--port: {exc}") from None
     out.write(f"run dir: {run_dir}\n")
     registry = HostRegistry()
     node, agent, shutdown = await _start_node(HEAD_NODE, token, node_config, NodeAgent)
@@ -140,6 +143,7 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
     node.system.spawn(registry, REGISTRY_PATH)
     context = TreeContext(node.system, run_dir, node, hosts=registry, config=config)
     root = node.system.spawn(Supervisor(config.tree, context), ROOT_PATH)
+    started = asyncio.ensure_future(node.system.wait_started(root))
     ticker = asyncio.get_running_loop().create_task(_print_progress(agent, out))
     root_exit = asyncio.ensure_future(node.system.wait(root))
     deadline = asyncio.sleep(duration) if duration is not None else asyncio.Event().wait()
@@ -153,11 +157,15 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
         await _stop_node(node)
         if reason in NORMAL_EXITS:
             return 0
-        sys.stderr.write(f"five-actors: the root supervisor gave up: {reason}\n")
+        sys.stderr.write(f"five-actors: the root supervisor exited abnormally: {reason}\n")
         return 1
     out.write("stopping: children in reverse order...\n")
     out.flush()
-    await node.system.stop(root, _shutdown_timeout(config.tree))
+    if started.done():
+        await node.system.stop(root, _shutdown_timeout(config.tree))
+    else:
+        node.system.kill(root)  # still starting (waiting for a host, say): cut the start short
+        await root_exit
     await _stop_node(node)
     out.write("stopped cleanly\n")
     return 0
@@ -166,6 +174,7 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
 async def _print_progress(agent: NodeAgent, out: TextIO) -> None:
     started = time.monotonic()
     live = out.isatty()
+    progress_line = ProgressLine()
     while True:
         await asyncio.sleep(1.0)
         with contextlib.suppress(FiveActorsError):
@@ -218,11 +227,9 @@ async def join(url: str, token: str, name: str | None, host: str, port: int, run
     name = name or socket.gethostname()
     run_dir.mkdir(parents=True, exist_ok=True)
     configure_logging(name, run_dir / "logs")
-    context_box: dict[str, TreeContext] = {}
 
     def make_agent(node: Node) -> HostAgent:
-        context_box["ctx"] = TreeContext(node.system, run_dir, node)
-        return HostAgent(node, "", name, context_box["ctx"])
+        return HostAgent(node, "", name, TreeContext(node.system, run_dir, node))  # the head's id is known once linked
 
     node, agent, shutdown = await _start_node(name, token, NodeConfig(host=host, port=port), make_agent)
     try:

@@ -188,11 +188,13 @@ async def child_node(node_id: str, path: str, spec_json: str, parent: str, run_d
     configure_logging(node_id, Path(run_dir) / "logs" if run_dir else None, log_level)
     token = os.environ.get(TOKEN_ENV, "")
     spec = from_mapping(ChildSpec, orjson.loads(spec_json), path)
-    node, agent, shutdown = await _start_node(node_id, token, NodeConfig(host="127.0.0.1", port=0), NodeAgent)
+    config = read_run_config(Path(run_dir)) if run_dir and (Path(run_dir) / RUN_CONFIG).is_file() else None
+    # The run's [node] settings (link limits, heartbeat) hold for its process children too; they listen on any free local port.
+    node_config = dataclasses.replace(config.node if config else NodeConfig(), host="127.0.0.1", port=0)
+    node, agent, shutdown = await _start_node(node_id, token, node_config, NodeAgent)
     node.system.spawn(agent, AGENT_PATH)
     try:
         await node.connect(parent)
-        config = read_run_config(Path(run_dir)) if run_dir and (Path(run_dir) / RUN_CONFIG).is_file() else None
         context = TreeContext(node.system, Path(run_dir) if run_dir else None, node, log_level=log_level, config=config)
         hosted: Actor = Supervisor(spec, context) if spec.is_tree else import_class(spec.actor, f"{spec.id}.actor")(**spec.args)
         hosted.context = context  # before it starts, as in the parent's supervisor

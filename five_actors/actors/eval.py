@@ -171,7 +171,7 @@ class EvalActor(Actor):
             metrics["eval_trueskill_sigma"] = float(self.last["trueskill_sigma"])
             for name, result in self.last["results"].items():
                 metrics[f"eval_win_rate_{'past' if name.startswith('v') else name}"] = float(result["win_rate"])
-        return {"rounds": self.rounds, "version": self.last.get("version"), "metrics": metrics}
+        return {"rounds": self.rounds, "version": self.last.get("version"), "last": self.last, "metrics": metrics}
 
     async def _evaluate_forever(self) -> None:
         while True:

@@ -16,6 +16,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -122,8 +123,12 @@ async def _first(*aws: Any) -> None:
             task.cancel()
 
 
-async def up(config: Config, run_dir: Path, host: str | None, port: int | None, duration: float | None, out: TextIO) -> int:
-    """Run the head: the root supervisor and its tree, HTTP, a live progress line, until stopped."""
+async def up(config: Config, run_dir: Path, host: str | None, port: int | None, duration: float | None, out: TextIO,
+             progress: Callable[[dict[str, Any], float], str] | None = None) -> int:
+    """Run the head: the root supervisor and its tree, HTTP, a live progress line, until stopped.
+
+    `progress` builds the live line from the tree's view and the seconds elapsed (default: ProgressLine).
+    """
     check_importable(config.tree)
     run_dir.mkdir(parents=True, exist_ok=True)
     token = write_token(run_dir)
@@ -144,7 +149,7 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
     context = TreeContext(node.system, run_dir, node, hosts=registry, config=config)
     root = node.system.spawn(Supervisor(config.tree, context), ROOT_PATH)
     started = asyncio.ensure_future(node.system.wait_started(root))
-    ticker = asyncio.get_running_loop().create_task(_print_progress(agent, out))
+    ticker = asyncio.get_running_loop().create_task(_print_progress(agent, out, progress or ProgressLine()))
     root_exit = asyncio.ensure_future(node.system.wait(root))
     deadline = asyncio.sleep(duration) if duration is not None else asyncio.Event().wait()
     try:
@@ -171,10 +176,9 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
     return 0
 
 
-async def _print_progress(agent: NodeAgent, out: TextIO) -> None:
+async def _print_progress(agent: NodeAgent, out: TextIO, progress_line: Callable[[dict[str, Any], float], str]) -> None:
     started = time.monotonic()
     live = out.isatty()
-    progress_line = ProgressLine()
     while True:
         await asyncio.sleep(1.0)
         with contextlib.suppress(FiveActorsError):

@@ -181,12 +181,10 @@ class InferenceActor(Actor):
             raise
         if params.version <= self.version and params.arch == self.arch and not force:
             return
-        if params.arch != self.arch:
-            self.past.clear()  # past versions of another architecture cannot play this one's rows
-        elif self.policy is not None and params.version > self.version:
-            self._remember(self.version, self.policy)
-        else:
-            self.past.clear()  # a restored ParamServer: cached versions may be gone or different
+        if params.arch != self.arch or params.version < self.version:
+            # Past versions of another architecture cannot play this one's rows, and after a
+            # ParamServer restored an older checkpoint the cached ones may be gone or different.
+            self.past.clear()
         self.policy, self.version, self.arch, self.spec = policy, params.version, params.arch, policy.spec
         self.log.info("params_loaded", version=params.version, arch=params.arch, device=self.device)
         self._ready.set()

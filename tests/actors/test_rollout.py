@@ -215,3 +215,20 @@ async def test_chunks_for_a_learner_that_is_down_are_counted_lost(system: ActorS
     system.spawn(game, "/game-0")
     await until(lambda: game.chunks_lost > 0)
     assert game.chunks_sent == 0
+
+
+async def test_inference_follows_a_restarted_param_server_back_to_its_versions(system: ActorSystem) -> None:
+    config = tiny_config()
+    spec = model_spec(config)
+    server, inference, _, _ = start(system, config, games=0)
+    await until(lambda: inference.version == 0)
+    await server.ref.tell(publish(initial_policy(spec, 5), 5))
+    await until(lambda: inference.version == 5)
+    await system.stop("/params")
+    # Without a run dir the new ParamServer starts again from version 0: the inference actor
+    # subscribes again and follows it rather than keeping parameters the server no longer has.
+    restarted = ParamServerActor(config=config)
+    system.spawn(restarted, "/params")
+    await until(lambda: inference.version == 0)
+    await restarted.ref.tell(publish(initial_policy(spec, 1), 1))
+    await until(lambda: inference.version == 1)

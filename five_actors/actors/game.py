@@ -115,8 +115,7 @@ class GameActor(Actor):
         # Each game actor plays its own games: its seed comes from the run's and its path.
         seed = self.seed if self.seed is not None else (training.seed + zlib.crc32(self.ref.path.encode())) % 2**31
         game_config = dataclasses.replace(config.game, games_per_batch=training.games_per_actor, seed=seed)
-        # The first LaneGame of a process compiles its numba kernels: off the event loop.
-        self.game = await asyncio.to_thread(LaneGame, game_config)
+        self.game = await asyncio.to_thread(LaneGame, game_config)  # may compile numba kernels
         self.spec = ModelSpec.build(self.game.obs_spec, self.game.action_spec, config.model)
         self.arch = self.spec.hash
         self.gamma = config.ppo.gamma(1.0 / config.game.steps_per_second)
@@ -134,6 +133,8 @@ class GameActor(Actor):
 
     async def _play(self) -> None:
         game = self.game
+        # Game calls run off the event loop: the first ones of a process may compile numba
+        # kernels for many seconds, and meanwhile links need their heartbeats and GetStats an answer.
         obs, masks = await asyncio.to_thread(game.reset, self.seed)
         rows, lstm = game.num_rows, self.spec.lstm_size
         h = np.zeros((rows, lstm), np.float32)
@@ -145,7 +146,7 @@ class GameActor(Actor):
             latest = self._row_versions() == LATEST
             reply = await self._infer(obs, masks, h, c)
             actions = np.array(reply.actions)  # writable: a read-only array would make numba compile the kernel again
-            step = game.step(actions)
+            step = await asyncio.to_thread(game.step, actions)
             self.buffer.append(_StepRecord(
                 obs, masks, h, c, actions, np.asarray(reply.logp), np.asarray(reply.value),
                 step.rewards, step.dones, starts, np.asarray(reply.versions), latest,

@@ -125,6 +125,8 @@ class GameActor(Actor):
         self.opponents = np.full(self.game.num_games, LATEST, np.int64)
         self.log = log.bind(actor=self.ref.path)
         self.params = self.system.ref(self.params_address)
+        # Game actors spread over the inference actors; each moves on to the next one on a failure.
+        self._next_inference = zlib.crc32(self.ref.path.encode()) % len(self.inference_addresses)
         for address in self.learner_addresses:
             self.spawn_task(self._watch_learner(address), f"game:watch:{address}")
         self.spawn_task(self._play(), "game:play")

@@ -232,3 +232,22 @@ async def test_inference_follows_a_restarted_param_server_back_to_its_versions(s
     await until(lambda: inference.version == 0)
     await restarted.ref.tell(publish(initial_policy(spec, 1), 1))
     await until(lambda: inference.version == 1)
+
+
+async def test_a_game_actor_moves_on_to_another_inference_actor_when_one_dies(system: ActorSystem) -> None:
+    config = tiny_config()
+    system.spawn(ParamServerActor(config=config), "/params")
+    first, second = InferenceActor("test/params", config=config), InferenceActor("test/params", config=config)
+    system.spawn(first, "/inference-a")
+    system.spawn(second, "/inference-b")
+    learner = LearnerStandIn()
+    system.spawn(learner, "/learner-0")
+    game = GameActor(["test/inference-a", "test/inference-b"], ["test/learner-0"], "test/params", config=config, seed=0)
+    system.spawn(game, "/game-0")
+    await until(lambda: len(learner.rollouts) >= 1)
+    used = "/inference-a" if first.forwards else "/inference-b"
+    other = second if used == "/inference-a" else first
+    system.kill(used)
+    sent = len(learner.rollouts)
+    await until(lambda: len(learner.rollouts) >= sent + 3)
+    assert other.forwards > 0 and 1 <= game.lost_steps <= 2, "one failed ask, then the other inference actor"

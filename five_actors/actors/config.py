@@ -1,4 +1,4 @@
-"""The `[training]` config section: the shared settings of the five actors (issue 5).
+"""The `[training]` config section: the settings the five actors share.
 
 Every actor of the training tree reads it from its TreeContext (`self.context.config.training`),
 which the supervisor sets before the actor starts; process children load the run's resolved
@@ -12,22 +12,24 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    """Rollouts, inference batching, the learner's buffer, publishing, the opponent pool and evaluation."""
+    """How the five actors play, batch and train (DESIGN.md "The five actors and one training step")."""
 
     seed: int = 0
     """Base random seed; each actor derives its own from it and its path."""
-    games_per_actor: int = 32
-    """Lane games each GameActor runs at once (one batched env)."""
+    games_per_actor: int = 4
+    """Lane games each GameActor steps as one batch."""
     rollout_chunk_steps: int = 16
-    """Steps per shipped Rollout chunk (T): the truncated-backprop length."""
-    gae_window: int = 32
-    """Steps of the window GAE is computed over (a multiple of rollout_chunk_steps; bootstrapped at its end)."""
+    """Steps T per rollout chunk (and per BPTT segment on the learner)."""
+    gae_window: int = 16
+    """Steps after a chunk that GAE looks ahead before bootstrapping from the value there."""
     past_opponent_share: float = 0.2
-    """Share of games played against a past version from the pool (the rest are self-play)."""
+    """Share of games whose team 1 plays a past version from the opponent pool (paper: 20%)."""
     inference_batch_rows: int = 256
-    """Most rows the InferenceActor evaluates in one forward pass."""
-    inference_deadline_ms: float = 5.0
-    """Longest an inference request waits for a batch to fill, in milliseconds."""
+    """An InferenceActor runs a forward pass once this many rows are waiting..."""
+    inference_deadline_ms: float = 2.0
+    """...or once the oldest waiting request is this old."""
+    inference_torch_threads: int = 1
+    """Torch intra-op threads of an InferenceActor's process on the CPU (0: torch's default; small batches run best on 1)."""
     inference_cache_versions: int = 4
     """Past policy versions an InferenceActor keeps in memory (LRU) for opponent rows."""
     infer_timeout_s: float = 10.0
@@ -66,23 +68,20 @@ class TrainingConfig:
     """Port of the learners' rendezvous; 0: `up` picks a free one and writes it into RUN_DIR/config.json."""
 
     def __post_init__(self) -> None:
-        for name in ("games_per_actor", "rollout_chunk_steps", "gae_window", "inference_batch_rows", "buffer_chunks",
-                     "minibatch_chunks", "publish_every", "checkpoint_every", "pool_add_every", "eval_games",
-                     "inference_cache_versions", "keep_checkpoints"):  # fmt: skip
+        at_least_one = ("games_per_actor", "rollout_chunk_steps", "inference_batch_rows", "inference_cache_versions", "buffer_chunks",
+                        "minibatch_chunks", "publish_every", "checkpoint_every", "keep_checkpoints", "pool_add_every", "eval_games")  # fmt: skip
+        for name in at_least_one:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.gae_window % self.rollout_chunk_steps:
-            raise ValueError(f"gae_window ({self.gae_window}) must be a multiple of rollout_chunk_steps ({self.rollout_chunk_steps})")
-        if self.minibatch_chunks > self.buffer_chunks:
-            raise ValueError(f"minibatch_chunks ({self.minibatch_chunks}) must not exceed buffer_chunks ({self.buffer_chunks})")
-        if not 0.0 <= self.past_opponent_share <= 1.0:
-            raise ValueError(f"past_opponent_share must be in [0, 1], got {self.past_opponent_share}")
-        for name in ("inference_deadline_ms", "max_sample_reuse", "pool_eta", "eval_every_s", "infer_timeout_s",
-                     "reuse_window_s", "allreduce_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("max_staleness", "eval_past_versions"):
+        for name in ("gae_window", "max_staleness", "eval_past_versions", "inference_deadline_ms", "inference_torch_threads"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.past_opponent_share <= 1.0:
+            raise ValueError(f"past_opponent_share must be within [0, 1], got {self.past_opponent_share}")
+        for name in ("infer_timeout_s", "max_sample_reuse", "pool_eta", "eval_every_s", "reuse_window_s", "allreduce_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.minibatch_chunks > self.buffer_chunks:
+            raise ValueError(f"minibatch_chunks ({self.minibatch_chunks}) must not exceed buffer_chunks ({self.buffer_chunks})")
         if not 0 <= self.rendezvous_port <= 65535:
             raise ValueError(f"rendezvous_port must be in 0..65535, got {self.rendezvous_port}")

@@ -8,5 +8,6 @@ BENCHMARKS: dict[str, str] = {
     "transport": "five_actors.bench.transport",
     "env": "five_actors.bench.env",
     "learner": "five_actors.bench.learning",
+    "rollout": "five_actors.bench.rollout",
 }
 """Benchmark name -> module path."""

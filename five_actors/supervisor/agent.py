@@ -13,14 +13,10 @@ import socket
 import time
 from typing import Any
 
-import structlog
-
 from five_actors.errors import FiveActorsError
 from five_actors.runtime.actor import Actor, message
 from five_actors.supervisor.gpus import gpu_info
 from five_actors.supervisor.tree import Supervisor
-
-log = structlog.get_logger("five_actors.supervisor")
 
 AGENT_PATH = "/_node"
 """Where every node runs its agent."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,8 +38,6 @@ class TreeContext:
     """Log level handed to child OS processes."""
     config: Config | None = None
     """The run's whole resolved config (RUN_DIR/config.json); actors read their settings from it."""
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Free-form values for tests and embedding code."""
 
 
 class Incarnation(abc.ABC):

@@ -138,7 +138,9 @@ class HostIncarnation(Incarnation):
         self.context.system.watch_address(f"{self.host}{self.path}", self._exit)
 
     async def stop(self, timeout: float) -> str:
-        if self.host is not None and not self.exited.done():
+        if self.host is None:
+            self._exit("shutdown")  # stopped while still waiting for a host: nothing ran
+        elif not self.exited.done():
             with contextlib.suppress(FiveActorsError):
                 await self.context.system.ask(f"{self.host}{AGENT_PATH}", StopSubtree(self.path, timeout), timeout + 2.0)
             with contextlib.suppress(asyncio.TimeoutError):

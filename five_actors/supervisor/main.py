@@ -16,6 +16,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -34,7 +35,7 @@ from five_actors.supervisor.child import TreeContext
 from five_actors.supervisor.config import ChildSpec, SupervisorSpec, check_importable, import_class
 from five_actors.supervisor.hosts import REGISTRY_PATH, HostAgent, HostRegistry
 from five_actors.supervisor.processes import TOKEN_ENV, report
-from five_actors.supervisor.progress import progress_line
+from five_actors.supervisor.progress import ProgressLine
 from five_actors.supervisor.tree import Supervisor
 
 log = structlog.get_logger("five_actors.supervisor")
@@ -122,15 +123,22 @@ async def _first(*aws: Any) -> None:
             task.cancel()
 
 
-async def up(config: Config, run_dir: Path, host: str | None, port: int | None, duration: float | None, out: TextIO) -> int:
-    """Run the head: the root supervisor and its tree, HTTP, a live progress line, until stopped."""
+async def up(config: Config, run_dir: Path, host: str | None, port: int | None, duration: float | None, out: TextIO,
+             progress: Callable[[dict[str, Any], float], str] | None = None) -> int:
+    """Run the head: the root supervisor and its tree, HTTP, a live progress line, until stopped.
+
+    `progress` builds the live line from the tree's view and the seconds elapsed (default: ProgressLine).
+    """
     check_importable(config.tree)
     run_dir.mkdir(parents=True, exist_ok=True)
     token = write_token(run_dir)
     config = resolve_run_config(config)
     write_run_config(config, run_dir)
     configure_logging(HEAD_NODE, run_dir / "logs")
-    node_config = dataclasses.replace(config.node, **{k: v for k, v in (("host", host), ("port", port)) if v is not None})
+    try:
+        node_config = dataclasses.replace(config.node, **{k: v for k, v in (("host", host), ("port", port)) if v is not None})
+    except ValueError as exc:
+        raise ConfigError(f"--host/--port: {exc}") from None
     out.write(f"run dir: {run_dir}\n")
     registry = HostRegistry()
     node, agent, shutdown = await _start_node(HEAD_NODE, token, node_config, NodeAgent)
@@ -140,7 +148,8 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
     node.system.spawn(registry, REGISTRY_PATH)
     context = TreeContext(node.system, run_dir, node, hosts=registry, config=config)
     root = node.system.spawn(Supervisor(config.tree, context), ROOT_PATH)
-    ticker = asyncio.get_running_loop().create_task(_print_progress(agent, out))
+    started = asyncio.ensure_future(node.system.wait_started(root))
+    ticker = asyncio.get_running_loop().create_task(_print_progress(agent, out, progress or ProgressLine()))
     root_exit = asyncio.ensure_future(node.system.wait(root))
     deadline = asyncio.sleep(duration) if duration is not None else asyncio.Event().wait()
     try:
@@ -153,17 +162,21 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
         await _stop_node(node)
         if reason in NORMAL_EXITS:
             return 0
-        sys.stderr.write(f"five-actors: the root supervisor gave up: {reason}\n")
+        sys.stderr.write(f"five-actors: the root supervisor exited abnormally: {reason}\n")
         return 1
     out.write("stopping: children in reverse order...\n")
     out.flush()
-    await node.system.stop(root, _shutdown_timeout(config.tree))
+    if started.done():
+        await node.system.stop(root, _shutdown_timeout(config.tree))
+    else:
+        node.system.kill(root)  # still starting (waiting for a host, say): cut the start short
+        await root_exit
     await _stop_node(node)
     out.write("stopped cleanly\n")
     return 0
 
 
-async def _print_progress(agent: NodeAgent, out: TextIO) -> None:
+async def _print_progress(agent: NodeAgent, out: TextIO, progress_line: Callable[[dict[str, Any], float], str]) -> None:
     started = time.monotonic()
     live = out.isatty()
     while True:
@@ -179,11 +192,13 @@ async def child_node(node_id: str, path: str, spec_json: str, parent: str, run_d
     configure_logging(node_id, Path(run_dir) / "logs" if run_dir else None, log_level)
     token = os.environ.get(TOKEN_ENV, "")
     spec = from_mapping(ChildSpec, orjson.loads(spec_json), path)
-    node, agent, shutdown = await _start_node(node_id, token, NodeConfig(host="127.0.0.1", port=0), NodeAgent)
+    config = read_run_config(Path(run_dir)) if run_dir and (Path(run_dir) / RUN_CONFIG).is_file() else None
+    # The run's [node] settings (link limits, heartbeat) hold for its process children too; they listen on any free local port.
+    node_config = dataclasses.replace(config.node if config else NodeConfig(), host="127.0.0.1", port=0)
+    node, agent, shutdown = await _start_node(node_id, token, node_config, NodeAgent)
     node.system.spawn(agent, AGENT_PATH)
     try:
         await node.connect(parent)
-        config = read_run_config(Path(run_dir)) if run_dir and (Path(run_dir) / RUN_CONFIG).is_file() else None
         context = TreeContext(node.system, Path(run_dir) if run_dir else None, node, log_level=log_level, config=config)
         hosted: Actor = Supervisor(spec, context) if spec.is_tree else import_class(spec.actor, f"{spec.id}.actor")(**spec.args)
         hosted.context = context  # before it starts, as in the parent's supervisor
@@ -218,11 +233,9 @@ async def join(url: str, token: str, name: str | None, host: str, port: int, run
     name = name or socket.gethostname()
     run_dir.mkdir(parents=True, exist_ok=True)
     configure_logging(name, run_dir / "logs")
-    context_box: dict[str, TreeContext] = {}
 
     def make_agent(node: Node) -> HostAgent:
-        context_box["ctx"] = TreeContext(node.system, run_dir, node)
-        return HostAgent(node, "", name, context_box["ctx"])
+        return HostAgent(node, "", name, TreeContext(node.system, run_dir, node))  # the head's id is known once linked
 
     node, agent, shutdown = await _start_node(name, token, NodeConfig(host=host, port=port), make_agent)
     try:

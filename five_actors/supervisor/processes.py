@@ -10,8 +10,9 @@ subtree at the child's path, and reports on its stdout, one JSON line each:
     {"exit": "REASON"}                                  when the hosted actor has exited
 
 The child's exit is the process's exit (whatever killed it, `kill -9` included): the reason is
-the reported one, else "killed by SIGKILL" or "exit code N". Stopping it is SIGTERM, up to the
-shutdown timeout, then SIGKILL. The child watches its stdin: when the parent dies the pipe
+the reported one, else "killed by SIGKILL" or "exit code N". A child whose link is lost while
+its process lives on (hung, stopped) is killed after LINK_LOST_GRACE seconds, with the reason
+"link_lost". Stopping it is SIGTERM, up to the shutdown timeout, then SIGKILL. The child watches its stdin: when the parent dies the pipe
 closes and the child shuts down, so no process outlives its supervisor.
 """
 
@@ -23,7 +24,6 @@ import dataclasses
 import os
 import signal
 import sys
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -39,6 +39,8 @@ TOKEN_ENV = "FIVE_ACTORS_TOKEN"
 """The environment variable carrying the cluster token to a child (never its command line)."""
 DEVICE_ENV = "FIVE_ACTORS_DEVICE"
 """The torch device a child process should use, as the child sees it (`cpu` or `cuda:0`)."""
+LINK_LOST_GRACE = 2.0
+"""Seconds a child's process may take to exit on its own after its link is lost, before it is killed."""
 
 
 def current_device() -> str:
@@ -130,6 +132,21 @@ class ProcessIncarnation(Incarnation):
             return
         self.url = ready.get("url")
         self._watcher = asyncio.get_running_loop().create_task(self._watch(), name=f"process:{self.node_id}")
+        self.context.system.watch_address(self.address, self._on_down)
+
+    def _on_down(self, reason: str) -> None:
+        # Other reasons arrive with the process's own exit report; only a lost link needs acting on.
+        if reason == "link_lost" and not self.exited.done():
+            task = asyncio.get_running_loop().create_task(self._kill_if_still_running())
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def _kill_if_still_running(self) -> None:
+        try:
+            await asyncio.wait_for(asyncio.shield(self.exited), LINK_LOST_GRACE)
+        except asyncio.TimeoutError:
+            log.warning("child_link_lost", child=self.spec.id, pid=self.pid)
+            self._reported = "link_lost"
+            self.kill()
 
     async def _read_line(self) -> dict[str, Any] | None:
         assert self.proc is not None and self.proc.stdout is not None
@@ -188,8 +205,3 @@ def report(**fields: Any) -> None:
     """Write one JSON report line for the parent on stdout (see the module docstring)."""
     sys.stdout.write(orjson.dumps(fields).decode() + "\n")
     sys.stdout.flush()
-
-
-def run_dir_logs(run_dir: str) -> Path | None:
-    """The log folder of a run directory given as a string ('' for none)."""
-    return Path(run_dir) / "logs" if run_dir else None

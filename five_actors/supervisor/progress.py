@@ -5,29 +5,31 @@ from __future__ import annotations
 import time
 from typing import Any
 
-_previous: dict[str, tuple[float, float]] = {}
-"""Counter key -> (time, value) at the previous progress line, to turn counters into rates."""
+class ProgressLine:
+    """Builds the progress line from successive views; actors' `progress` counters become rates."""
 
+    def __init__(self) -> None:
+        self._previous: dict[str, tuple[float, float]] = {}
 
-def progress_line(view: dict[str, Any], elapsed: float) -> str:
-    """One line: uptime, children up, restarts, messages/s, and each actor's progress counters per second."""
-    actors = [a for a in view["actors"] if not a["path"].startswith("/_")]  # the tree, not the node's helpers
-    running = sum(1 for a in actors if a.get("state") == "running")
-    restarts = sum(a.get("restarts") or 0 for a in actors)
-    rate = sum((a.get("in_per_s") or 0.0) for a in actors)
-    now = time.monotonic()
-    counters: dict[str, float] = {}
-    for a in actors:
-        for name, value in (a.get("status") or {}).get("progress", {}).items():
-            counters[name] = counters.get(name, 0.0) + float(value)
-    rates = []
-    for name, value in sorted(counters.items()):
-        before = _previous.get(name)
-        if before is not None and now > before[0] and value >= before[1]:
-            rates.append(f"{name}/s {(value - before[1]) / (now - before[0]):,.0f}")
-        _previous[name] = (now, value)
-    parts = [f"{elapsed:6.0f}s", f"{running}/{len(actors)} running", f"restarts {restarts}", f"msgs/s {rate:,.0f}", *rates]
-    return " | ".join(parts)
+    def __call__(self, view: dict[str, Any], elapsed: float) -> str:
+        """One line: uptime, children running, restarts, messages/s, and each progress counter per second."""
+        actors = [a for a in view["actors"] if not a["path"].startswith("/_")]  # the tree, not the node's helpers
+        running = sum(1 for a in actors if a.get("state") == "running")
+        restarts = sum(a.get("restarts") or 0 for a in actors)
+        rate = sum((a.get("in_per_s") or 0.0) for a in actors)
+        now = time.monotonic()
+        counters: dict[str, float] = {}
+        for a in actors:
+            for name, value in (a.get("status") or {}).get("progress", {}).items():
+                counters[name] = counters.get(name, 0.0) + float(value)
+        rates = []
+        for name, value in sorted(counters.items()):
+            before = self._previous.get(name)
+            if before is not None and now > before[0] and value >= before[1]:
+                rates.append(f"{name}/s {(value - before[1]) / (now - before[0]):,.0f}")
+            self._previous[name] = (now, value)
+        parts = [f"{elapsed:6.0f}s", f"{running}/{len(actors)} running", f"restarts {restarts}", f"msgs/s {rate:,.0f}", *rates]
+        return " | ".join(parts)
 
 
 def _cell(value: Any) -> str:

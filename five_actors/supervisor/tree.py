@@ -104,11 +104,15 @@ class Supervisor(Actor):
         self.log = log.bind(actor=self.ref.path)
         # If this supervisor dies without on_stop (crash, kill), its children must not outlive it.
         self.system.watch_address(self.ref.address, self._kill_orphans)
-        for child in self.children:
-            reason = await self._start(child)
-            if reason is not None:
-                await self._stop_all()
-                raise SupervisorError(f"child {child.spec.id!r} failed to start: {reason}")
+        try:
+            for child in self.children:
+                reason = await self._start(child)
+                if reason is not None:
+                    await self._stop_all()
+                    raise SupervisorError(f"child {child.spec.id!r} failed to start: {reason}")
+        except asyncio.CancelledError:
+            await self._stop_all()  # killed while starting (a host that never joined): stop what did start
+            raise
 
     async def on_stop(self) -> None:
         try:
@@ -281,7 +285,8 @@ class Supervisor(Actor):
         self.log.error("supervisor_gave_up", child=child.spec.id, reason=reason, restarts=restarts)
         await self._stop_all()
         error = SupervisorError(
-            f"gave up after {restarts} restarts in {self.spec.max_seconds:g}s: child {child.spec.id!r} exited with {reason}"
+            f"gave up (more than max_restarts={self.spec.max_restarts} within {self.spec.max_seconds:g}s): "
+            f"child {child.spec.id!r} exited with {reason}"
         )
         # A FiveActorsError raised in a handler only refuses one request; raised in an owned task it
         # crashes this actor, which is what giving up means.

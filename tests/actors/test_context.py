@@ -29,7 +29,7 @@ from five_actors.supervisor.main import resolve_run_config
 from five_actors.supervisor.tree import Supervisor
 from tests.supervisor.cluster import REPO
 
-REPORTER = "tests.actors.context_actors:ContextReporter"
+REPORTER = "tests.actors.support:ContextReporter"
 
 
 @pytest.mark.parametrize("name", bundled_configs())
@@ -46,8 +46,8 @@ def test_up_picks_a_rendezvous_port_unless_one_is_set() -> None:
 
 
 def test_bad_training_values_are_refused_by_name() -> None:
-    with pytest.raises(ConfigError, match="training: gae_window .* multiple of rollout_chunk_steps"):
-        load_config("pingpong", ["training.gae_window=20"])
+    with pytest.raises(ConfigError, match=r"training: minibatch_chunks \(64\) must not exceed buffer_chunks \(32\)"):
+        load_config("pingpong", ["training.buffer_chunks=32", "training.minibatch_chunks=64"])
     with pytest.raises(ConfigError, match="training.games_per_actr: unknown key"):
         load_config("pingpong", ["training.games_per_actr=3"])
 

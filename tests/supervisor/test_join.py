@@ -53,3 +53,17 @@ def test_a_joined_host_runs_the_subtree_the_head_assigns(tmp_path: Path) -> None
         head.kill()
         if host is not None:
             host.kill()
+
+
+def test_sigterm_while_waiting_for_a_host_stops_cleanly(tmp_path: Path) -> None:
+    config = tmp_path / "cluster.toml"
+    config.write_text(HEAD_CONFIG)
+    run_dir = tmp_path / "head-run"
+    head = Proc(["up", "--config", str(config), "--run-dir", str(run_dir), "--port", "0"], tmp_path, "head")
+    try:
+        head.wait_for_output(r"serving http://")
+        wait_until(lambda: log_events(run_dir, "child_started"), what="the ponger started")
+        assert head.terminate() == 0, head.err
+    finally:
+        head.kill()
+    assert [(e["child"], e["reason"]) for e in log_events(run_dir, "child_exited")] == [("worker-host", "shutdown"), ("ponger", "shutdown")]

@@ -35,7 +35,8 @@ class Head:
 def pingpong(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
     where = tmp_path_factory.mktemp("pingpong")
     run_dir = where / "run"
-    proc = Proc(["up", "--config", "conf/pingpong.toml", "--run-dir", str(run_dir), "--port", "0"], where, "up")
+    args = ["up", "--config", "conf/pingpong.toml", "--run-dir", str(run_dir), "--port", "0", "--set", "node.heartbeat_s=1.0"]
+    proc = Proc(args, where, "up")
     try:
         yield Head(proc, run_dir)
     finally:
@@ -87,6 +88,18 @@ def test_kill_9_of_the_process_child_restarts_it(pingpong: Head) -> None:
     assert "killed by SIGKILL" in row
 
 
+def test_a_hung_process_child_is_killed_when_its_link_is_lost_and_restarted(pingpong: Head) -> None:
+    before = wait_until(lambda: (a := actor(pingpong.view(), "/root/pinger"))["state"] == "running" and a, what="pinger up")
+    os.kill(before["pid"], signal.SIGSTOP)  # alive but silent: only the link's heartbeat can tell
+    after = wait_until(
+        lambda: (a := actor(pingpong.view(), "/root/pinger"))["restarts"] == before["restarts"] + 1 and a["state"] == "running" and a,
+        what="the hung pinger replaced",
+    )
+    assert after["last_error"] == "link_lost" and after["pid"] != before["pid"]
+    with pytest.raises(ProcessLookupError):
+        os.kill(before["pid"], 0)
+
+
 def test_health_command_prints_the_tree(pingpong: Head) -> None:
     shown = subprocess.run([sys.executable, "-m", "five_actors", "health", "--url", pingpong.url], cwd=REPO, capture_output=True, text=True)
     assert shown.returncode == 0, shown.stderr
@@ -125,7 +138,7 @@ args = { after = 0.1 }
         assert proc.proc.wait(120) == 1
     finally:
         proc.kill()
-    assert "root supervisor gave up" in proc.err
+    assert "root supervisor exited abnormally: SupervisorError: gave up" in proc.err
     assert "child 'crasher'" in proc.err and "ZeroDivisionError: crasher divided by zero" in proc.err
 
 
@@ -136,3 +149,23 @@ def test_a_bad_config_is_refused_before_anything_starts(tmp_path: Path) -> None:
     assert proc.proc.wait(60) == 2
     assert "tree.children[0].actor" in proc.err and "NoSuchActor" in proc.err
     assert not (tmp_path / "run").exists()
+
+
+def test_children_exit_when_the_head_is_killed(tmp_path: Path) -> None:
+    proc = Proc(["up", "--config", "conf/pingpong.toml", "--run-dir", str(tmp_path / "run"), "--port", "0"], tmp_path, "up")
+    try:
+        head = Head(proc, tmp_path / "run")
+        pinger_pid = wait_until(lambda: actor(head.view(), "/root/pinger")["pid"], what="the pinger's pid")
+        proc.proc.kill()
+        proc.proc.wait()
+    finally:
+        proc.kill()
+
+    def gone() -> bool:
+        try:
+            os.kill(pinger_pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    wait_until(gone, what="the orphaned pinger process to exit")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+import zlib
 from typing import Any
 
 import numpy as np
@@ -67,6 +68,8 @@ class _StepRecord:
     versions: np.ndarray
     latest: np.ndarray
     """bool [rows]: the row played the latest policy at this step."""
+    components: dict[str, np.ndarray]
+    """Each reward component (the game's `reward/NAME` infos) per row."""
 
 
 class GameActor(Actor):
@@ -109,10 +112,10 @@ class GameActor(Actor):
     async def on_start(self) -> None:
         config = actor_config(self, self._config_arg)
         self.training = training = config.training
-        seed = self.seed if self.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
+        # Each game actor plays its own games: its seed comes from the run's and its path.
+        seed = self.seed if self.seed is not None else (training.seed + zlib.crc32(self.ref.path.encode())) % 2**31
         game_config = dataclasses.replace(config.game, games_per_batch=training.games_per_actor, seed=seed)
-        # The first LaneGame of a process compiles its numba kernels: off the event loop.
-        self.game = await asyncio.to_thread(LaneGame, game_config)
+        self.game = await asyncio.to_thread(LaneGame, game_config)  # may compile numba kernels
         self.spec = ModelSpec.build(self.game.obs_spec, self.game.action_spec, config.model)
         self.arch = self.spec.hash
         self.gamma = config.ppo.gamma(1.0 / config.game.steps_per_second)
@@ -122,6 +125,8 @@ class GameActor(Actor):
         self.opponents = np.full(self.game.num_games, LATEST, np.int64)
         self.log = log.bind(actor=self.ref.path)
         self.params = self.system.ref(self.params_address)
+        # Game actors spread over the inference actors; each moves on to the next one on a failure.
+        self._next_inference = zlib.crc32(self.ref.path.encode()) % len(self.inference_addresses)
         for address in self.learner_addresses:
             self.spawn_task(self._watch_learner(address), f"game:watch:{address}")
         self.spawn_task(self._play(), "game:play")
@@ -130,6 +135,8 @@ class GameActor(Actor):
 
     async def _play(self) -> None:
         game = self.game
+        # Game calls run off the event loop: the first ones of a process may compile numba
+        # kernels for many seconds, and meanwhile links need their heartbeats and GetStats an answer.
         obs, masks = await asyncio.to_thread(game.reset, self.seed)
         rows, lstm = game.num_rows, self.spec.lstm_size
         h = np.zeros((rows, lstm), np.float32)
@@ -140,10 +147,12 @@ class GameActor(Actor):
         while True:
             latest = self._row_versions() == LATEST
             reply = await self._infer(obs, masks, h, c)
-            step = game.step(reply.actions)
+            actions = np.array(reply.actions)  # writable: a read-only array would make numba compile the kernel again
+            step = await asyncio.to_thread(game.step, actions)
             self.buffer.append(_StepRecord(
-                obs, masks, h, c, np.asarray(reply.actions), np.asarray(reply.logp), np.asarray(reply.value),
+                obs, masks, h, c, actions, np.asarray(reply.logp), np.asarray(reply.value),
                 step.rewards, step.dones, starts, np.asarray(reply.versions), latest,
+                {k.removeprefix("reward/"): v for k, v in step.infos.items() if k.startswith("reward/")},
             ))  # fmt: skip
             self.batch_steps += 1
             self.env_steps += game.num_games
@@ -290,9 +299,10 @@ class GameActor(Actor):
         self.log.warning("chunks_lost", chunks=count, chunks_lost=self.chunks_lost, reason="no learner is up")
 
     def _log_chunk(self, chunk: list[_StepRecord], rows: np.ndarray) -> None:
-        rewards = np.stack([s.rewards[rows] for s in chunk])
-        self.log.info("rollout_chunk", chunks=len(rows), steps=len(chunk), reward_sum=float(rewards.sum()),
-                      version=int(chunk[0].versions[rows].min()), **{f"reward_{k}": v for k, v in self.reward_totals.items()})
+        """One event per shipped chunk: its shaped reward and each component, summed over its rows and steps."""
+        components = {f"reward_{name}": round(float(sum(s.components[name][rows].sum() for s in chunk)), 6) for name in chunk[0].components}
+        self.log.info("rollout_chunk", chunks=len(rows), steps=len(chunk), version=int(chunk[0].versions[rows].min()),
+                      reward=round(float(sum(s.rewards[rows].sum() for s in chunk)), 6), **components)
 
     async def _watch_learner(self, address: str) -> None:
         """Keep `learner_up[address]` current: down on its exit, up again once a new watch holds."""

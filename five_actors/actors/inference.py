@@ -22,6 +22,7 @@ import numpy as np
 import structlog
 import torch
 
+from five_actors.actors.params import load_state
 from five_actors.actors.messages import (
     GetParams, GetStats, InferReply, InferRequest, Params, ParamsAvailable, Subscribe,
 )
@@ -55,17 +56,12 @@ def actor_config(actor: Actor, config: Config | None) -> Config:
 
 
 def policy_from_params(params: Params, device: str) -> Policy:
-    """A Policy in eval mode on `device` holding `params`; ModelError when spec, arch or state do not fit."""
+    """A Policy in eval mode on `device` holding `params`; ModelError/TrainingError when they do not fit."""
     spec = ModelSpec.from_dict(dict(params.spec))
     if spec.hash != params.arch:
         raise ModelError(f"params version {params.version} claim arch {params.arch} but their spec hashes to {spec.hash}")
     policy = Policy(spec)
-    # Arrays from a link are read-only views of the frame: torch needs writable memory.
-    state = {k: torch.from_numpy(np.array(v)) for k, v in params.state.items()}
-    try:
-        policy.load_state_dict(state, strict=True)
-    except RuntimeError as exc:
-        raise ModelError(f"params version {params.version} do not fit arch {params.arch}: {exc}") from None
+    load_state(policy, dict(params.state))
     return policy.to(device).eval()
 
 
@@ -109,6 +105,10 @@ class InferenceActor(Actor):
         config = actor_config(self, self._config_arg)
         self.training = config.training
         self.device = self._device_arg or config.model.device
+        if self.device == "cpu" and self.training.inference_torch_threads:
+            # Forwards of a few hundred rows gain little from intra-op threads and lose much when
+            # the cores are shared with game processes.
+            torch.set_num_threads(self.training.inference_torch_threads)
         self.log = log.bind(actor=self.ref.path)
         self.server = self.system.ref(self.params_address)
         self.spawn_task(self._subscribe(), "inference:subscribe")
@@ -121,49 +121,70 @@ class InferenceActor(Actor):
     # -- parameters -----------------------------------------------------------------------
 
     async def _subscribe(self) -> None:
-        """Subscribe to the ParamServer and fetch the latest parameters, retrying until it answers."""
+        """Subscribe to the ParamServer and fetch its latest parameters; again whenever it restarts."""
+        loop = asyncio.get_running_loop()
         delay = 0.2
-        while self.policy is None:
+        while True:
             try:
                 await self.server.tell(Subscribe(self.ref.address))
-                await self._fetch_latest(LATEST)
+                # A restarted ParamServer may have gone back to its last checkpoint: take its
+                # latest version even when it is older than the one held.
+                await self._fetch_latest(LATEST, force=True)
+                self._fetch_announced()  # a version announced while the first fetch ran
             except FiveActorsError as exc:
                 self.log.info("params_unavailable", server=self.params_address, error=str(exc))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+                continue
+            delay = 0.2
+            gone: asyncio.Future[str] = loop.create_future()
+            unwatch = self.system.watch_address(self.params_address, lambda reason: gone.done() or gone.set_result(reason))
+            try:
+                reason = await gone
+            finally:
+                unwatch()
+            self.log.warning("params_server_down", server=self.params_address, reason=reason)
+            await asyncio.sleep(delay)
 
     async def on_params_available(self, msg: ParamsAvailable) -> None:
         if msg.version <= self.version and msg.arch == self.arch:
             return
         self._wanted = max(self._wanted, msg.version)
-        if self._fetching is None or self._fetching.done():
+        if self.policy is not None:  # before the first parameters, the subscribe loop fetches them
+            self._fetch_announced()
+
+    def _fetch_announced(self) -> None:
+        if self._wanted > self.version and (self._fetching is None or self._fetching.done()):
             self._fetching = self.spawn_task(self._fetch_wanted(), "inference:fetch")
 
     async def _fetch_wanted(self) -> None:
         """Fetch the newest announced version; announcements during the fetch are coalesced."""
         while self._wanted > self.version:
-            wanted = self._wanted
+            held = self.version
             try:
-                await self._fetch_latest(wanted)
+                await self._fetch_latest(LATEST)
             except FiveActorsError as exc:
-                self.log.warning("params_fetch_failed", version=wanted, error=str(exc))
+                self.log.warning("params_fetch_failed", version=self._wanted, error=str(exc))
                 return
+            if self.version == held:
+                return  # the server's latest is not newer after all (it restarted from a checkpoint)
 
-    async def _fetch_latest(self, version: int) -> None:
+    async def _fetch_latest(self, version: int, force: bool = False) -> None:
+        """Fetch `version` (-1: the latest) and make it the latest held, unless older (or `force`)."""
         params = await self.server.ask(GetParams(version), timeout=PARAMS_TIMEOUT_S)
         if not isinstance(params, Params):
             raise ModelError(f"GetParams({version}) was answered with {type(params).__name__}, not Params")
         try:
             policy = await asyncio.to_thread(policy_from_params, params, self.device)
-        except ModelError as exc:
+        except FiveActorsError as exc:
             self.log.error("params_refused", version=params.version, arch=params.arch, error=str(exc))
             raise
-        if params.version < self.version and params.arch == self.arch:
+        if params.version <= self.version and params.arch == self.arch and not force:
             return
-        if params.arch != self.arch:
-            self.past.clear()  # past versions of another architecture cannot play this one's rows
-        elif self.policy is not None:
-            self._remember(self.version, self.policy)
+        if params.arch != self.arch or params.version < self.version:
+            # Past versions of another architecture cannot play this one's rows, and after a
+            # ParamServer restored an older checkpoint the cached ones may be gone or different.
+            self.past.clear()
         self.policy, self.version, self.arch, self.spec = policy, params.version, params.arch, policy.spec
         self.log.info("params_loaded", version=params.version, arch=params.arch, device=self.device)
         self._ready.set()

@@ -7,5 +7,6 @@ command prints the dict as one JSON object.
 BENCHMARKS: dict[str, str] = {
     "transport": "five_actors.bench.transport",
     "env": "five_actors.bench.env",
+    "rollout": "five_actors.bench.rollout",
 }
 """Benchmark name -> module path."""

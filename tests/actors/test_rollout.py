@@ -13,18 +13,16 @@ import torch
 
 from five_actors.actors.game import GameActor
 from five_actors.actors.inference import InferenceActor
-from five_actors.actors.messages import (
-    GetParams, GetStats, InferRequest, MatchResult, Opponent, OpponentRequest, Params, ParamsAvailable, Rollout, Subscribe,
-)
+from five_actors.actors.messages import GetStats, InferRequest, PublishParams, Rollout
+from five_actors.actors.param_server import ParamServerActor
+from five_actors.actors.params import initial_policy, model_spec, state_arrays
 from five_actors.config import Config, from_mapping
-from five_actors.errors import ModelError, RemoteError
-from five_actors.game.env import LaneGame
+from five_actors.errors import RemoteError
 from five_actors.model.policy import Policy
-from five_actors.model.spec import ModelSpec
 from five_actors.runtime.actor import Actor, ActorSystem
 
 CHUNK = 8
-WINDOW = 4
+WINDOW = 8
 GAMES = 2
 
 
@@ -38,46 +36,9 @@ def tiny_config(**training: Any) -> Config:
     })  # fmt: skip
 
 
-def make_policy(config: Config, seed: int) -> Policy:
-    game_config = config.game
-    game = LaneGame(game_config)
-    torch.manual_seed(seed)
-    return Policy(ModelSpec.build(game.obs_spec, game.action_spec, config.model))
-
-
-def params_of(policy: Policy, version: int) -> Params:
-    state = {k: v.detach().cpu().numpy().copy() for k, v in policy.state_dict().items()}
-    return Params(version, policy.spec.hash, policy.spec.to_dict(), state)
-
-
-class ParamServerStandIn(Actor):
-    """The ParamServer's side of the contract that these actors use: versions, subscribers, opponents."""
-
-    def __init__(self, versions: list[Params]) -> None:
-        self.versions = {p.version: p for p in versions}
-        self.subscribers: set[str] = set()
-        self.results: list[MatchResult] = []
-
-    async def on_subscribe(self, msg: Subscribe) -> None:
-        self.subscribers.add(msg.address)
-
-    async def on_get_params(self, msg: GetParams) -> Params:
-        version = max(self.versions) if msg.version == -1 else msg.version
-        if version not in self.versions:
-            raise ModelError(f"unknown params version {msg.version}")
-        return self.versions[version]
-
-    async def on_opponent_request(self, msg: OpponentRequest) -> Opponent:
-        past = [v for v in self.versions if v != max(self.versions)]
-        return Opponent(past[0] if past else -1)
-
-    async def on_match_result(self, msg: MatchResult) -> None:
-        self.results.append(msg)
-
-    async def publish(self, params: Params) -> None:
-        self.versions[params.version] = params
-        for address in self.subscribers:
-            await self.system.ref(address).tell(ParamsAvailable(params.version, params.arch))
+def publish(policy: Policy, version: int) -> PublishParams:
+    """What learner rank 0 tells the ParamServer for a new version."""
+    return PublishParams(version, policy.spec.hash, policy.spec.to_dict(), state_arrays(policy), version * 10)
 
 
 class LearnerStandIn(Actor):
@@ -106,10 +67,10 @@ async def system() -> AsyncIterator[ActorSystem]:
         await system.stop(cell.path)
 
 
-def start(system: ActorSystem, config: Config, versions: list[Params], games: int = 1, learners: int = 1,
-          batch_rows: int | None = None) -> tuple[ParamServerStandIn, InferenceActor, list[GameActor], list[LearnerStandIn]]:
-    """A ParamServer stand-in, one InferenceActor, `games` GameActors and `learners` learner stand-ins."""
-    server = ParamServerStandIn(versions)
+def start(system: ActorSystem, config: Config, games: int = 1, learners: int = 1,
+          ) -> tuple[ParamServerActor, InferenceActor, list[GameActor], list[LearnerStandIn]]:
+    """A ParamServer (version 0, no run dir), one InferenceActor, `games` GameActors, `learners` learner stand-ins."""
+    server = ParamServerActor(config=config)
     system.spawn(server, "/params")
     inference = InferenceActor("test/params", config=config)
     system.spawn(inference, "/inference")
@@ -126,9 +87,11 @@ def start(system: ActorSystem, config: Config, versions: list[Params], games: in
 
 async def test_rollout_chunks_have_the_contract_shapes_and_match_a_local_forward(system: ActorSystem) -> None:
     config = tiny_config()
-    policy = make_policy(config, seed=1)
-    _, inference, (game,), (learner,) = start(system, config, [params_of(policy, 3)])
-    await until(lambda: len(learner.rollouts) >= 3)
+    server, inference, (game,), (learner,) = start(system, config)
+    policy = initial_policy(model_spec(config), config.training.seed)
+    await system.wait_started(server.ref)
+    await server.ref.tell(publish(policy, 3))
+    await until(lambda: len(learner.rollouts) >= 3 and learner.rollouts[0].versions[0] == 3)
     rollout = learner.rollouts[0]
     spec = policy.spec
     rows = GAMES * 2 * config.game.heroes_per_side
@@ -174,7 +137,7 @@ async def test_one_inference_actor_merges_two_game_actors_requests_into_one_forw
     rows = GAMES * 2 * 2
     # Room for both actors' rows and a deadline far beyond a step: a forward waits for both.
     config = tiny_config(inference_batch_rows=2 * rows, inference_deadline_ms=2000.0)
-    _, inference, games, (learner,) = start(system, config, [params_of(make_policy(config, 1), 0)], games=2)
+    _, inference, games, (learner,) = start(system, config, games=2)
     await until(lambda: inference.forwards >= 20)
     assert inference.stats()["mean_batch_rows"] > 1.5 * rows
     await until(lambda: {r.source for r in learner.rollouts} == {"test/game-0", "test/game-1"})
@@ -182,7 +145,7 @@ async def test_one_inference_actor_merges_two_game_actors_requests_into_one_forw
 
 async def test_games_survive_an_inference_restart_and_count_the_lost_steps(system: ActorSystem) -> None:
     config = tiny_config()
-    _, inference, (game,), (learner,) = start(system, config, [params_of(make_policy(config, 1), 0)])
+    _, inference, (game,), (learner,) = start(system, config)
     await until(lambda: len(learner.rollouts) >= 1)
     assert await system.stop("/inference") == "shutdown"
     steps = game.batch_steps
@@ -198,8 +161,8 @@ async def test_games_survive_an_inference_restart_and_count_the_lost_steps(syste
 
 async def test_a_request_of_another_arch_or_shape_is_refused_with_a_clear_error(system: ActorSystem) -> None:
     config = tiny_config()
-    policy = make_policy(config, 1)
-    start(system, config, [params_of(policy, 0)], games=0)
+    policy = initial_policy(model_spec(config), config.training.seed)
+    start(system, config, games=0)
     spec = policy.spec
     rows, D, H = 3, spec.obs.size, spec.lstm_size
     types, heads = len(spec.actions.types), spec.actions.heads
@@ -215,33 +178,76 @@ async def test_a_request_of_another_arch_or_shape_is_refused_with_a_clear_error(
         await ref.ask(InferRequest(np.zeros((rows, D + 1), np.float32), masks, good.h, good.c, good.versions, spec.hash))
     with pytest.raises(RemoteError, match=r"h must be float32"):
         await ref.ask(InferRequest(good.obs, masks, np.zeros((rows, H + 1), np.float32), good.c, good.versions, spec.hash))
-    with pytest.raises(RemoteError, match="policy version 7 is not available"):
+    with pytest.raises(RemoteError, match="policy version 7 is not available: .*unknown parameter version 7"):
         await ref.ask(InferRequest(good.obs, masks, good.h, good.c, np.full(rows, 7, np.int64), spec.hash))
     assert (await ref.ask(good)).arch == spec.hash, "the actor goes on after refusing"
 
 
 async def test_past_opponents_play_team_one_and_only_latest_rows_are_shipped(system: ActorSystem) -> None:
-    config = tiny_config(past_opponent_share=1.0)
-    old, new = params_of(make_policy(config, 1), 0), params_of(make_policy(config, 2), 1)
-    server, inference, (game,), (learner,) = start(system, config, [old, new])
-    # The games last 40 steps: each one ends with a MatchResult against version 0.
-    await until(lambda: len(server.results) >= GAMES)
-    assert {r.opponent_version for r in server.results} == {0}
-    assert all(r.outcome in (0.0, 0.5, 1.0) for r in server.results)
+    config = tiny_config(past_opponent_share=1.0, pool_add_every=1)
+    spec = model_spec(config)
+    server = ParamServerActor(config=config)
+    system.spawn(server, "/params")
+    await system.wait_started(server.ref)
+    for version in (1, 2):  # both join the opponent pool; 2 is the latest
+        await server.ref.tell(publish(initial_policy(spec, version), version))
+    inference = InferenceActor("test/params", config=config)
+    system.spawn(inference, "/inference")
+    learner = LearnerStandIn()
+    system.spawn(learner, "/learner-0")
+    system.spawn(GameActor("test/inference", ["test/learner-0"], "test/params", config=config, seed=0), "/game-0")
+    # The games last 40 steps; each ends with a MatchResult against a pool member.
+    await until(lambda: server.counts["wins"] + server.counts["draws"] + server.counts["losses"] >= 2 * GAMES)
+    await until(lambda: 1 in inference.past)
     heroes = config.game.heroes_per_side
-    assert all(r.versions.tolist() == [1] * (GAMES * heroes) for r in learner.rollouts)
-    assert 0 in inference.past, "the past version is cached"
-    # A new version is announced, fetched, and used for the latest rows.
-    await server.publish(params_of(make_policy(config, 3), 2))
-    await until(lambda: any(2 in r.versions.tolist() for r in learner.rollouts))
+    # Team 1 always played a pool member: only team 0's rows are learned from.
+    assert all(r.versions.tolist() == [2] * (GAMES * heroes) for r in learner.rollouts)
+    # A new version is announced, fetched, and plays the latest rows.
+    await server.ref.tell(publish(initial_policy(spec, 3), 3))
+    await until(lambda: any(3 in r.versions.tolist() for r in learner.rollouts))
 
 
 async def test_chunks_for_a_learner_that_is_down_are_counted_lost(system: ActorSystem) -> None:
     config = tiny_config()
-    server = ParamServerStandIn([params_of(make_policy(config, 1), 0)])
-    system.spawn(server, "/params")
+    system.spawn(ParamServerActor(config=config), "/params")
     system.spawn(InferenceActor("test/params", config=config), "/inference")
     game = GameActor("test/inference", ["test/nobody"], "test/params", config=config, seed=0)
     system.spawn(game, "/game-0")
     await until(lambda: game.chunks_lost > 0)
     assert game.chunks_sent == 0
+
+
+async def test_inference_follows_a_restarted_param_server_back_to_its_versions(system: ActorSystem) -> None:
+    config = tiny_config()
+    spec = model_spec(config)
+    server, inference, _, _ = start(system, config, games=0)
+    await until(lambda: inference.version == 0)
+    await server.ref.tell(publish(initial_policy(spec, 5), 5))
+    await until(lambda: inference.version == 5)
+    await system.stop("/params")
+    # Without a run dir the new ParamServer starts again from version 0: the inference actor
+    # subscribes again and follows it rather than keeping parameters the server no longer has.
+    restarted = ParamServerActor(config=config)
+    system.spawn(restarted, "/params")
+    await until(lambda: inference.version == 0)
+    await restarted.ref.tell(publish(initial_policy(spec, 1), 1))
+    await until(lambda: inference.version == 1)
+
+
+async def test_a_game_actor_moves_on_to_another_inference_actor_when_one_dies(system: ActorSystem) -> None:
+    config = tiny_config()
+    system.spawn(ParamServerActor(config=config), "/params")
+    first, second = InferenceActor("test/params", config=config), InferenceActor("test/params", config=config)
+    system.spawn(first, "/inference-a")
+    system.spawn(second, "/inference-b")
+    learner = LearnerStandIn()
+    system.spawn(learner, "/learner-0")
+    game = GameActor(["test/inference-a", "test/inference-b"], ["test/learner-0"], "test/params", config=config, seed=0)
+    system.spawn(game, "/game-0")
+    await until(lambda: len(learner.rollouts) >= 1)
+    used = "/inference-a" if first.forwards else "/inference-b"
+    other = second if used == "/inference-a" else first
+    system.kill(used)
+    sent = len(learner.rollouts)
+    await until(lambda: len(learner.rollouts) >= sent + 3)
+    assert other.forwards > 0 and 1 <= game.lost_steps <= 2, "one failed ask, then the other inference actor"

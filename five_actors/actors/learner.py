@@ -7,8 +7,9 @@ ParamServer's latest parameters (and Adam's moments when they were checkpointed)
 broadcasts them, so every rank, and a restarted group, continues from the same point.
 
 Each round, on a thread of its own so Rollouts keep arriving:
-1. every rank says whether it is ready (enough chunks, sample reuse under `max_sample_reuse`);
-   an allreduce(MIN) of those flags decides for all, so all ranks take the same number of steps;
+1. every rank says whether it is ready (enough chunks, sample reuse under `max_sample_reuse`)
+   and whether it is stopping; an allreduce(MIN) of those flags decides for all, so all ranks
+   take the same number of steps, and all leave the group together when one stops;
 2. rank 0 folds the minibatch's fresh chunks into the value normaliser and broadcasts it;
 3. loss from five_actors.model.ppo; backward; gradients summed by one allreduce over a flat
    buffer (plus a flag per rank whose loss was finite) and divided by N; PPO's per-parameter
@@ -56,6 +57,8 @@ T = TypeVar("T")
 
 IDLE_WAIT_S = 0.02
 """Pause between rounds in which no rank was ready."""
+STOP_WAIT_S = 5.0
+"""How long a stopping learner waits to tell its peers (a dead peer makes that fail)."""
 PARAM_SERVER_WAIT_S = 20.0
 """How long rank 0 keeps retrying the ParamServer at start (it may be restarting too)."""
 
@@ -148,15 +151,18 @@ class LearnerActor(Actor):
         spec = ModelSpec.from_dict(start["spec"])
         self.spec, self.arch = spec, spec.hash
         self.version, self.base_steps = start["version"], start["learner_steps"]
-        self.policy = Policy(spec).to(self.device)
-        self.ppo = PPO(self.policy, config.ppo)
-        if start["state"] is not None:
-            load_state(self.policy, start["state"])
-        if start["optimizer"]:
-            load_optimizer(self.ppo.optimizer, start["optimizer"])
+        await self.thread.run(lambda: self._build(spec, start))
         self.log.info("learner_started", version=self.version, world_size=self.world_size, device=str(self.device),
                       arch=self.arch, optimizer_restored=bool(start["optimizer"]))  # fmt: skip
         self.spawn_task(self._train_forever(), "learner:train")
+
+    def _build(self, spec: ModelSpec, start: dict[str, Any]) -> None:
+        """The policy and its PPO optimizer on this device, from the starting point (on the torch thread: slow)."""
+        self.policy = Policy(spec).to(self.device)
+        self.ppo = PPO(self.policy, self.config.ppo)
+        load_state(self.policy, start["state"])
+        if start["optimizer"]:
+            load_optimizer(self.ppo.optimizer, start["optimizer"])
 
     def _join_group(self) -> None:
         host = self._master[0] or self.training.rendezvous_host
@@ -195,10 +201,22 @@ class LearnerActor(Actor):
 
     async def on_stop(self) -> None:
         if self._grouped:
-            # Queued behind any round in flight; a peer that is gone makes it time out, not hang the stop.
+            # Queued behind the round in flight, it meets the peers' next round, which tells them all to stop;
+            # a peer that is gone makes it time out rather than hang the stop.
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.thread.run(dist.destroy_process_group), 2.0)
+                await asyncio.wait_for(self.thread.run(self._final_round), STOP_WAIT_S)
         self.thread.close()
+
+    def _final_round(self) -> None:
+        if not self._grouped:
+            return
+        flags = torch.zeros(2, device=self.device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MIN)
+        self._leave_group()
+
+    def _leave_group(self) -> None:
+        dist.destroy_process_group()
+        self._grouped = False
 
     # -- chunks ---------------------------------------------------------------------------
 
@@ -220,6 +238,12 @@ class LearnerActor(Actor):
             if result is None:
                 await asyncio.sleep(IDLE_WAIT_S)
                 continue
+            if result.get("stop"):
+                # A peer is stopping: the group is over; this learner stops too and its supervisor
+                # (one_for_all) restarts the group from the ParamServer's latest parameters.
+                self.log.info("learner_group_stopped", steps=self.steps, version=self.version)
+                self.stop_self()
+                return
             self.log.info("train_step", **result["stats"])
             if "publish" in result:
                 await self._publish(result["publish"])
@@ -229,9 +253,12 @@ class LearnerActor(Actor):
         t = self.training
         ready = self.buffer.ready(t.minibatch_chunks, self.version, t.max_staleness, t.max_sample_reuse)
         if self.world_size > 1:
-            flags = torch.tensor([float(ready)], device=self.device)
+            flags = torch.tensor([float(ready), 1.0], device=self.device)  # [ready, staying]
             dist.all_reduce(flags, op=dist.ReduceOp.MIN)
-            ready = flags.item() == 1.0
+            if flags[1].item() < 1.0:
+                self._leave_group()
+                return {"stop": True}
+            ready = flags[0].item() == 1.0
         if not ready:
             return None
         minibatch = self.buffer.take(t.minibatch_chunks, self.version, self.rng)

@@ -111,6 +111,8 @@ class ParamServerActor(Actor):
             self._restore(saved)
         self.arch = self.spec.hash
         self._template = template(Policy(self.spec))
+        if self.store is not None:
+            await asyncio.to_thread(self.store.model_for, self.spec)
 
     def _restore(self, saved: Any) -> None:
         """Continue from a checkpoint: counter, parameters, optimizer moments, the pool with its q values."""
@@ -157,11 +159,13 @@ class ParamServerActor(Actor):
             self.versions.pop(previous, None)
         self.counts["published"] += 1
         self.log.info("params_published", version=msg.version, learner_steps=msg.learner_steps)
-        if msg.version % self.training.pool_add_every == 0:
+        joins_pool = msg.version % self.training.pool_add_every == 0
+        if joins_pool:
             q = self.pool.add(msg.version)
             self.log.info("opponent_pool_added", version=msg.version, q=q, pool=len(self.pool))
         await self._notify(ParamsAvailable(msg.version, self.arch))
-        if self.store is not None and msg.version - self.last_checkpoint >= self.training.checkpoint_every:
+        # A pool member is always on disk, so that a resumed run still has every opponent it can hand out.
+        if self.store is not None and (joins_pool or msg.version - max(self.last_checkpoint, 0) >= self.training.checkpoint_every):
             await self._checkpoint()
 
     def _check_publish(self, msg: PublishParams) -> None:

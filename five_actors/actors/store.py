@@ -48,6 +48,17 @@ class CheckpointStore:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        self._models: dict[str, tuple[Policy, torch.optim.Adam]] = {}
+
+    def model_for(self, spec: ModelSpec) -> tuple[Policy, torch.optim.Adam]:
+        """A policy and an Adam over it to pass arrays through, one per architecture.
+
+        Built once: the first Adam of a process takes seconds (torch imports its compiler stack).
+        """
+        if spec.hash not in self._models:
+            policy = Policy(spec)
+            self._models[spec.hash] = (policy, torch.optim.Adam(policy.parameters()))
+        return self._models[spec.hash]
 
     def path(self, version: int) -> Path:
         return self.directory / f"v{version:09d}.ckpt"
@@ -61,24 +72,21 @@ class CheckpointStore:
 
     def save(self, version: int, spec: ModelSpec, state: Arrays, optimizer: Arrays | None, counters: dict[str, int]) -> Path:
         """Write `version` atomically (blocking: call it in a thread)."""
-        policy = Policy(spec)
+        policy, adam = self.model_for(spec)
         load_state(policy, state)
-        adam = None
         if optimizer:
-            adam = torch.optim.Adam(policy.parameters())
             load_optimizer(adam, optimizer)
         path = self.path(version)
-        save_checkpoint(path, policy, adam, {**counters, "version": version})
+        save_checkpoint(path, policy, adam if optimizer else None, {**counters, "version": version})
         return path
 
     def load(self, version: int) -> Saved:
         """Read `version` back; CheckpointError when it is missing or damaged."""
         checkpoint = read_checkpoint(self.path(version))
-        policy = Policy(checkpoint.spec)
+        policy, adam = self.model_for(checkpoint.spec)
         policy.load_state_dict(checkpoint.params)
         optimizer = None
         if checkpoint.optimizer is not None and checkpoint.optimizer.get("state"):
-            adam = torch.optim.Adam(policy.parameters())
             adam.load_state_dict(checkpoint.optimizer)
             optimizer = optimizer_arrays(adam)
         return Saved(version, checkpoint.spec, state_arrays(policy), optimizer, checkpoint.counters)

@@ -92,6 +92,7 @@ async def run_worker(job: dict[str, Any]) -> None:
     elapsed = time.perf_counter() - started
     result = await learner.thread.run(lambda: _snapshot(learner))
     result.update(elapsed_s=elapsed, alive=system.is_alive("/learner"))
+    await system.stop(ref, timeout=10.0)
     out = Path(job["out"])
     np.savez(out.with_suffix(".npz"), **{f"param/{k}": v for k, v in result.pop("state").items()},
              **{f"grad/{k}": v for k, v in result.pop("grads").items()})  # fmt: skip

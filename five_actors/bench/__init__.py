@@ -8,5 +8,7 @@ BENCHMARKS: dict[str, str] = {
     "transport": "five_actors.bench.transport",
     "env": "five_actors.bench.env",
     "rollout": "five_actors.bench.rollout",
+    "supervisor": "five_actors.bench.supervisor",
+    "system": "five_actors.bench.system",
 }
 """Benchmark name -> module path."""

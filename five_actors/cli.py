@@ -33,7 +33,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def _log_filter(args: argparse.Namespace) -> LogFilter:
     from five_actors.logreplay import LogFilter
 
-    return LogFilter(actors=args.actor or (), events=args.event or (), since=args.since, until=args.until)
+    return LogFilter(
+        actors=args.actor or (), events=args.event or (), since=args.since, until=args.until, min_level=args.level,
+    )
 
 
 def cmd_logs_replay(args: argparse.Namespace) -> int:
@@ -78,6 +80,7 @@ def _add_logs_parser(commands: argparse._SubParsersAction) -> None:  # type: ign
         sub.add_argument("--event", action="append", metavar="NAME", help="event name or glob (repeatable)")
         sub.add_argument("--since", type=_time_arg, metavar="TIME", help="from this time: 10m, 2h, 30s ago, ISO time, HH:MM:SS")
         sub.add_argument("--until", type=_time_arg, metavar="TIME", help="up to this time (same forms as --since)")
+        sub.add_argument("--level", choices=("debug", "info", "warning", "error", "critical"), help="this level and above only")
         sub.add_argument("--json", action="store_true", help="JSON output (replay: the raw lines)")
     replay.add_argument("--follow", "-f", action="store_true", help="keep printing new lines, like tail -f (Ctrl-C stops)")
     replay.set_defaults(func=cmd_logs_replay)
@@ -106,6 +109,39 @@ def _add_replay_parser(commands: argparse._SubParsersAction) -> None:  # type: i
     replay.add_argument("--once", action="store_true", help="print one frame (at --from) and exit")
     replay.add_argument("--width", type=int, help="map width in characters (default: fit the terminal)")
     replay.set_defaults(func=cmd_replay)
+
+
+def cmd_match(args: argparse.Namespace) -> int:
+    """Play one lane-game match between two bots, print its result as JSON, and record it."""
+    import dataclasses
+
+    from five_actors.config import Config, apply_override, from_mapping, load_config
+    from five_actors.game.bots import RandomBot, ScriptedBot
+    from five_actors.game.match import play_match
+
+    if args.config:
+        config = load_config(args.config, args.set or ())
+    else:
+        tree: dict[str, object] = {}
+        for assignment in args.set or ():
+            apply_override(tree, assignment)
+        config = from_mapping(Config, tree)
+    game = dataclasses.replace(config.game, seed=args.seed)
+    bots = {"scripted": lambda: ScriptedBot(game), "random": lambda: RandomBot(seed=args.seed)}
+    result = play_match(game, bots[args.team0](), bots[args.team1](), seed=args.seed, record=args.record)
+    sys.stdout.write(orjson.dumps(result).decode() + "\n")
+    return 0
+
+
+def _add_match_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    match = commands.add_parser("match", help="play one lane-game match between two bots and record it")
+    match.add_argument("--team0", choices=("scripted", "random"), default="scripted", help="team 0's bot")
+    match.add_argument("--team1", choices=("scripted", "random"), default="random", help="team 1's bot")
+    match.add_argument("--seed", type=int, default=0, help="the match's seed (hero drafts, random bot)")
+    match.add_argument("--record", metavar="PATH", help="save the match replay here (see `five-actors replay`)")
+    match.add_argument("--config", help="a config file or bundled config name for its [game] section")
+    match.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. game.lanes=1")
+    match.set_defaults(func=cmd_match)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -238,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=cmd_bench)
     _add_logs_parser(commands)
     _add_replay_parser(commands)
+    _add_match_parser(commands)
     _add_supervisor_parsers(commands)
     return parser
 

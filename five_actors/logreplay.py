@@ -12,6 +12,7 @@ import dataclasses
 import datetime
 import fnmatch
 import heapq
+import logging
 import re
 import sys
 import time
@@ -23,7 +24,7 @@ from typing import IO, Any
 import orjson
 
 from five_actors.errors import LogsError
-from five_actors.logs import format_record
+from five_actors.logs import LEVELS, format_record
 
 NORMAL_REASONS = frozenset({"normal", "shutdown"})
 """Exit reasons that are not errors (as in five_actors.runtime.actor)."""
@@ -76,6 +77,8 @@ class LogFilter:
     """Keep records at or after this UNIX time."""
     until: float | None = None
     """Keep records at or before this UNIX time."""
+    min_level: str | None = None
+    """Keep records at this level or above (debug, info, warning, error, critical)."""
 
     def keep(self, record: dict[str, Any]) -> bool:
         """Whether `record` passes every filter."""
@@ -83,6 +86,8 @@ class LogFilter:
         if self.since is not None and ts < self.since:
             return False
         if self.until is not None and ts > self.until:
+            return False
+        if self.min_level is not None and LEVELS.get(str(record.get("level")), logging.INFO) < LEVELS[self.min_level]:
             return False
         if self.events:
             event = str(record.get("event"))

@@ -113,6 +113,11 @@ def test_event_filter_repeats_and_globs(run_dir: Path) -> None:
     assert [r["event"] for r in records] == ["child_started", "link_up", "child_exited", "child_restarted", "child_started"]
 
 
+def test_level_filter_keeps_that_level_and_above(run_dir: Path) -> None:
+    records = json_lines(cli("replay", str(run_dir), "--json", "--level", "warning").stdout)
+    assert [(r["event"], r["level"]) for r in records] == [("child_exited", "warning"), ("actor_crashed", "error")]
+
+
 def test_since_and_until_take_iso_relative_and_clock_times(run_dir: Path) -> None:
     records = json_lines(cli("replay", str(run_dir), "--json").stdout)
     cut = (records[4]["ts"] + records[5]["ts"]) / 2

@@ -35,6 +35,7 @@ class Ponger(Actor):
         self.pongs = 0
 
     async def on_ping(self, msg: Ping) -> Pong:
+        """Answer a ping."""
         self.pongs += 1
         return Pong(msg.seq)
 

@@ -9,5 +9,7 @@ BENCHMARKS: dict[str, str] = {
     "env": "five_actors.bench.env",
     "learner": "five_actors.bench.learning",
     "rollout": "five_actors.bench.rollout",
+    "supervisor": "five_actors.bench.supervisor",
+    "system": "five_actors.bench.system",
 }
 """Benchmark name -> module path."""

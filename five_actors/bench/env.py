@@ -45,20 +45,25 @@ def _throughput(cfg: GameConfig, steps: int) -> dict[str, float]:
     for _ in range(50):
         step = env.step(bot.act(obs, masks))
         obs, masks = step.obs, step.masks
-    stepping = acting = 0.0
+    stepping = acting = cpu = 0.0
     for _ in range(steps):
         t0 = time.perf_counter()
         actions = bot.act(obs, masks)
         t1 = time.perf_counter()
+        c1 = time.process_time()
         step = env.step(actions)
+        cpu += time.process_time() - c1
         stepping += time.perf_counter() - t1
         acting += t1 - t0
         obs, masks = step.obs, step.masks
     game_steps = steps * env.num_games
+    hero_steps = game_steps * 2 * cfg.heroes_per_side
     return {
         "threads": cfg.numba_threads,
         "game_steps_per_s": round(game_steps / stepping, 1),
-        "hero_steps_per_s": round(game_steps * 2 * cfg.heroes_per_side / stepping, 1),
+        "hero_steps_per_s": round(hero_steps / stepping, 1),
+        # CPU seconds of this process: what a step costs when other processes share the cores.
+        "hero_steps_per_cpu_s": round(hero_steps / cpu, 1),
         "random_bot_rows_per_s": round(steps * env.num_rows / acting, 1),
     }
 

@@ -10,21 +10,21 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
 from five_actors.game.config import GameConfig
+from five_actors.game.jit import kernel
 from five_actors.game.spec import obs_spec
 from five_actors.game.state import (
     A_ABILITY0, A_ATTACK, A_MOVE, A_NOOP, AB_KIND, AK_HASTE, AK_HEAL, DIRECTIONS, FOUNTAIN_AT, hero_tables,
 )
 
 
-@njit(cache=True)
+@kernel
 def _seed(seed: int) -> None:
     np.random.seed(seed)
 
 
-@njit(cache=True)
+@kernel
 def _pick(mask: np.ndarray) -> int:
     """A uniformly random True index of `mask` (0 when none)."""
     count = 0
@@ -42,7 +42,7 @@ def _pick(mask: np.ndarray) -> int:
     return 0
 
 
-@njit(cache=True)
+@kernel
 def _random_actions(mtype: np.ndarray, mmove: np.ndarray, mtarget: np.ndarray, out: np.ndarray) -> None:
     for r in range(mtype.shape[0]):
         t = _pick(mtype[r])
@@ -73,12 +73,12 @@ class RandomBot:
  L_STRUCTS, L_TPL, L_LANES, L_HPS) = range(38)
 
 
-@njit(cache=True)
+@kernel
 def _direction(dx: float, dy: float) -> int:
     return int(round(math.atan2(dy, dx) / (math.pi / 4.0))) % DIRECTIONS
 
 
-@njit(cache=True)
+@kernel
 def _scripted_actions(obs: np.ndarray, mtype: np.ndarray, mtarget: np.ndarray, L: np.ndarray, AB: np.ndarray,
                       fountain: float, tower_reach: float, unit: float, out: np.ndarray) -> None:
     """The scripted lane bot, one row at a time; distances are in observation units (`unit` per map unit)."""

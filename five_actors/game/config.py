@@ -119,6 +119,8 @@ class GameConfig:
     """Team reward per destroyed enemy tower by tier (2/3 paid as health falls, 1/3 on the fall); last value repeats."""
     reward_ancient: float = 5.0
     """Team reward per fraction of enemy ancient health removed."""
+    reward_gold_spent: float = 0.0006
+    """Reward per gold the shop spends for the hero."""
     team_spirit: float = 0.3
     """Team spirit tau: r_i = (1 - tau) * own_i + tau * team mean."""
     time_decay: float = 0.6

@@ -6,6 +6,7 @@ reset at once (the returned observation is the next game's first); `dones` marks
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numba
@@ -14,7 +15,7 @@ import numpy as np
 from five_actors.errors import GameError
 from five_actors.game.config import GameConfig
 from five_actors.game.layout import ActionSpec, ObsSpec, Step
-from five_actors.game.observe import observe_all
+from five_actors.game.observe import observe_all, observe_serial
 from five_actors.game.spec import action_spec, obs_spec
 from five_actors.game.state import (
     ALIVE, EVENT_KINDS, G_DONE, G_STEP, G_WINNER, H_DEATHS, H_DENIES, H_KILLS, H_LASTHITS, H_LEVEL, H_TYPE, HP,
@@ -22,9 +23,20 @@ from five_actors.game.state import (
     fountains, hero_tables, lane_waypoints, pack_params, structure_positions,
 )
 from five_actors.game.sim import reset_game
-from five_actors.game.step import step_all
+from five_actors.game.step import step_all, step_serial
 
 FRAME_COLUMNS = ("x", "y", "team", "kind", "type", "hp_frac", "alive", "level")
+
+# The two unit/number fields of each event kind, by name.
+_EVENT_FIELDS: dict[str, Callable[[int, int], dict[str, int]]] = {
+    "kill": lambda a, b: {"killer": a, "victim": b},
+    "last_hit": lambda a, b: {"hero": a, "creep": b},
+    "deny": lambda a, b: {"hero": a, "creep": b},
+    "tower_destroyed": lambda a, b: {"by": a, "unit": b},
+    "ancient_destroyed": lambda a, b: {"by": a, "unit": b},
+    "ability": lambda a, b: {"hero": a, "ability": b},
+    "recall": lambda a, b: {"hero": a},
+}
 
 
 class LaneGame:
@@ -63,6 +75,9 @@ class LaneGame:
         self.results: list[dict[str, Any]] = []
         """One dict per finished game (game, winner, steps, reason), oldest first; the caller may clear it."""
         self._threads = cfg.numba_threads or numba.config.NUMBA_NUM_THREADS
+        # One thread runs (and compiles) the serial kernels: no parallel launch per step.
+        self._step_kernel = step_serial if self._threads == 1 else step_all
+        self._observe_kernel = observe_serial if self._threads == 1 else observe_all
         self._ready = False
 
     @property
@@ -99,7 +114,8 @@ class LaneGame:
         return self._observe()
 
     def _observe(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        numba.set_num_threads(self._threads)
+        if self._threads > 1:
+            numba.set_num_threads(self._threads)
         rows, n_types = self.num_rows, len(self.action_spec.types)
         n_slots = self._slot_unit.shape[1]
         obs = np.empty((rows, self.obs_spec.size), dtype=np.float32)
@@ -109,7 +125,7 @@ class LaneGame:
             "target": np.empty((rows, n_types, n_slots), dtype=np.bool_),
         }
         s = self.state
-        observe_all(s.units, s.heroes, s.seen, s.game, self._vis, obs, self._slot_unit, masks["type"],
+        self._observe_kernel(s.units, s.heroes, s.seen, s.game, self._vis, obs, self._slot_unit, masks["type"],
                     masks["move"], masks["target"], self._params, self._abilities, self._widths, n_types,
                     self._hps, self._sb)
         self._masks = masks
@@ -146,9 +162,10 @@ class LaneGame:
         rewards = np.empty(rows, dtype=np.float32)
         comps = np.empty((rows, REWARD_COMPONENTS), dtype=np.float32)
         illegal = np.zeros(rows, dtype=np.int32)
-        numba.set_num_threads(self._threads)
+        if self._threads > 1:
+            numba.set_num_threads(self._threads)
         m = self._masks
-        step_all(acts, s.units, s.heroes, s.game, self._acc, self._scratch, s.events, s.event_count,
+        self._step_kernel(acts, s.units, s.heroes, s.game, self._acc, self._scratch, s.events, s.event_count,
                  self._slot_unit, m["type"], m["move"], m["target"], illegal, rewards, comps, self._params,
                  self._stats, self._abilities, self._tower_rewards, self._waypoints, self._structures,
                  self._fountains)
@@ -210,7 +227,13 @@ class LaneGame:
         return frame
 
     def events(self, game: int) -> list[dict[str, Any]]:
-        """The events of one game's last step: dicts with kind, x, y and the units involved."""
-        ev = self.state.events[game, : self.state.event_count[game]]
-        return [{"kind": EVENT_KINDS[int(e[0])], "x": float(e[1]), "y": float(e[2]), "by": int(e[3]),
-                 "on": int(e[4])} for e in ev]
+        """The events of one game's last step: dicts with kind, x, y and who was involved (unit
+        indices; heroes are 0..9 = team * 5 + hero, -1 is nobody)."""
+        out = []
+        for e in self.state.events[game, : self.state.event_count[game]]:
+            kind = EVENT_KINDS[int(e[0])]
+            a, b = int(e[3]), int(e[4])
+            event: dict[str, Any] = {"kind": kind, "x": round(float(e[1]), 2), "y": round(float(e[2]), 2)}
+            event.update(_EVENT_FIELDS[kind](a, b))
+            out.append(event)
+        return out

@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
+from five_actors.game.jit import kernel
 from five_actors.game.sim import vulnerable
 from five_actors.game.state import (
     AB_COOLDOWN, AB_COST, AB_KIND, ACD, AK_AREA, AK_HASTE, AK_HEAL, AK_NUKE, ALIVE, A_ABILITY0, A_ATTACK,
@@ -22,7 +23,7 @@ from five_actors.game.state import (
 )
 
 
-@njit(cache=True)
+@kernel
 def _visibility(g: int, u: np.ndarray, vis: np.ndarray, nh: int, sb: int) -> None:
     """vis[g, team, unit]: a team sees its own units, all structures, and any unit within the
     vision radius of one of its living units."""
@@ -60,7 +61,7 @@ def _visibility(g: int, u: np.ndarray, vis: np.ndarray, nh: int, sb: int) -> Non
             vis[g, team, k] = seen
 
 
-@njit(cache=True)
+@kernel
 def _remember(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, vis: np.ndarray, step: float,
               hps: int) -> None:
     """Refresh each team's last-seen features of the enemy heroes it sees now."""
@@ -80,21 +81,21 @@ def _remember(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, vis: np.nd
                 seen[g, team, j, S_STUN] = 1.0 if u[g, e, STUN] > 0 else 0.0
 
 
-@njit(cache=True)
+@kernel
 def _rel(team: int, dx: float, dy: float) -> tuple[float, float]:
     if team == 0:
         return dx, dy
     return -dy, -dx
 
 
-@njit(cache=True)
+@kernel
 def _closer(d2: float, rx: float, ry: float, other_d2: float, other_x: float, other_y: float) -> bool:
     if abs(d2 - other_d2) > 1e-3:
         return d2 < other_d2
     return rx < other_x - 1e-3 or (abs(rx - other_x) <= 1e-3 and ry < other_y)
 
 
-@njit(cache=True)
+@kernel
 def observe_game(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.ndarray, vis: np.ndarray,
                  obs: np.ndarray, slot_unit: np.ndarray, mtype: np.ndarray, mmove: np.ndarray,
                  mtarget: np.ndarray, P: np.ndarray, AB: np.ndarray, widths: np.ndarray, n_types: int,
@@ -124,6 +125,9 @@ def observe_game(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.
     best_x = np.empty(n_creep_slots)
     best_y = np.empty(n_creep_slots)
     best_k = np.empty(n_creep_slots, dtype=np.int64)
+    vuln = np.zeros(2 * sb, dtype=np.bool_)
+    for k in range(2 * sb):
+        vuln[k] = u[g, nh + k, ALIVE] > 0 and vulnerable(u, g, nh + k, nh, sb, tpl)
     tower_alive = np.zeros(2)
     for team in range(2):
         for s in range(sb - 1):
@@ -277,21 +281,19 @@ def observe_game(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.
             o[b + 5] = dy / ps
             o[b + 6] = math.sqrt(dx * dx + dy * dy) / ps
             o[b + 7] = u[g, k, HP] / u[g, k, MAXHP]
-            o[b + 8] = 1.0 if vulnerable(u, g, k, nh, sb, tpl) else 0.0
-        _masks(g, i, row, u, h, vis, obs, slot_unit, mtype, mmove, mtarget, AB, P, hps, sb, n_creep_slots,
+            o[b + 8] = 1.0 if vuln[k - nh] else 0.0
+        _masks(g, i, row, u, h, vis, vuln, obs, slot_unit, mtype, mmove, mtarget, AB, hps, sb, n_creep_slots,
                off_creep, w_creep, v2)
 
 
-@njit(cache=True)
-def _masks(g: int, i: int, row: int, u: np.ndarray, h: np.ndarray, vis: np.ndarray, obs: np.ndarray,
-           slot_unit: np.ndarray, mtype: np.ndarray, mmove: np.ndarray, mtarget: np.ndarray, AB: np.ndarray,
-           P: np.ndarray, hps: int, sb: int, n_creep_slots: int, off_creep: int, w_creep: int, v2: bool) -> None:
+@kernel
+def _masks(g: int, i: int, row: int, u: np.ndarray, h: np.ndarray, vis: np.ndarray, vuln: np.ndarray,
+           obs: np.ndarray, slot_unit: np.ndarray, mtype: np.ndarray, mmove: np.ndarray, mtarget: np.ndarray,
+           AB: np.ndarray, hps: int, sb: int, n_creep_slots: int, off_creep: int, w_creep: int, v2: bool) -> None:
     """Legal types, and legal targets per type. A type that does not use a head allows every
     choice of it; an illegal type that uses the target head allows only slot 0, so that every
     mask row has a legal choice."""
-    nh = 2 * hps
     team = i // hps
-    tpl = int(P[P_TPL])
     n_types = mtype.shape[1]
     mtype[row, :] = False
     mmove[row, :, :] = True
@@ -315,7 +317,7 @@ def _masks(g: int, i: int, row: int, u: np.ndarray, h: np.ndarray, vis: np.ndarr
                 mtarget[row, A_ATTACK, s_creep + c] = True
         for q in range(sb, 2 * sb):
             k = slot_unit[row, s_struct + q]
-            if u[g, k, ALIVE] > 0 and vulnerable(u, g, k, nh, sb, tpl):
+            if vuln[k - 2 * hps]:
                 mtarget[row, A_ATTACK, s_struct + q] = True
         for a in range(3):
             if h[g, i, H_CD0 + a] > 0 or u[g, i, MANA] < AB[t, a, AB_COST]:
@@ -351,12 +353,23 @@ def _masks(g: int, i: int, row: int, u: np.ndarray, h: np.ndarray, vis: np.ndarr
             mtarget[row, a, :] = True
 
 
-@njit(cache=True, parallel=True)
+@kernel(parallel=True)
 def observe_all(u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.ndarray, vis: np.ndarray,
                 obs: np.ndarray, slot_unit: np.ndarray, mtype: np.ndarray, mmove: np.ndarray,
                 mtarget: np.ndarray, P: np.ndarray, AB: np.ndarray, widths: np.ndarray, n_types: int,
                 hps: int, sb: int) -> None:
     """Observe every game of the batch, in parallel over games."""
     for g in prange(u.shape[0]):
+        observe_game(g, u, h, seen, gs, vis, obs, slot_unit, mtype, mmove, mtarget, P, AB, widths, n_types,
+                     hps, sb)
+
+
+@kernel
+def observe_serial(u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.ndarray, vis: np.ndarray,
+                   obs: np.ndarray, slot_unit: np.ndarray, mtype: np.ndarray, mmove: np.ndarray,
+                   mtarget: np.ndarray, P: np.ndarray, AB: np.ndarray, widths: np.ndarray, n_types: int,
+                   hps: int, sb: int) -> None:
+    """Observe every game of the batch on this thread."""
+    for g in range(u.shape[0]):
         observe_game(g, u, h, seen, gs, vis, obs, slot_unit, mtype, mmove, mtarget, P, AB, widths, n_types,
                      hps, sb)

@@ -9,6 +9,7 @@ uppercase for team 0 and lowercase for team 1; creeps `o`/`x`, towers `#`/`%`, a
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import importlib.resources
 import os
@@ -70,6 +71,21 @@ def map_cell(x: float, y: float, map_size: float, width: int, height: int) -> tu
     return row, column
 
 
+@functools.lru_cache(maxsize=8)
+def _lane_cells(
+    lanes: tuple[tuple[tuple[float, float], ...], ...], map_size: float, width: int, height: int,
+) -> frozenset[tuple[int, int]]:
+    """The grid cells the lanes pass through; the same for every frame, so computed once."""
+    cells = set()
+    for lane in lanes:
+        for (x0, y0), (x1, y1) in zip(lane, lane[1:]):
+            samples = max(int(2 * max(abs(x1 - x0), abs(y1 - y0)) / map_size * width), 1)
+            for i in range(samples + 1):
+                t = i / samples
+                cells.add(map_cell(x0 + (x1 - x0) * t, y0 + (y1 - y0) * t, map_size, width, height))
+    return frozenset(cells)
+
+
 def _hero_symbol(hero_types: Sequence[str], type_id: int, team: int) -> str:
     name = hero_types[type_id] if 0 <= type_id < len(hero_types) and hero_types[type_id] else "H"
     initial = str(name)[0]
@@ -83,12 +99,9 @@ def render_frame(replay: Replay, index: int, width: int = 64, color: bool = Fals
     height = max(width // 2, 2)
     grid: list[list[tuple[str, Any]]] = [[(" ", None)] * width for _ in range(height)]
 
-    for lane in meta.get("lanes", []):
-        for (x0, y0), (x1, y1) in zip(lane, lane[1:]):
-            samples = max(int(2 * max(abs(x1 - x0), abs(y1 - y0)) / map_size * width), 1)
-            for t in np.linspace(0.0, 1.0, samples + 1):
-                row, column = map_cell(x0 + (x1 - x0) * t, y0 + (y1 - y0) * t, map_size, width, height)
-                grid[row][column] = (".", "lane")
+    lanes = tuple(tuple((float(x), float(y)) for x, y in lane) for lane in meta.get("lanes", []))
+    for row, column in _lane_cells(lanes, map_size, width, height):
+        grid[row][column] = (".", "lane")
     for event in frame.events:
         row, column = map_cell(float(event["x"]), float(event["y"]), map_size, width, height)
         grid[row][column] = ("*", "event")

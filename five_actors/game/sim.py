@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
+from five_actors.game.jit import kernel
 from five_actors.game.state import (
     AB_COOLDOWN, AB_COST, AB_DURATION, AB_KIND, AB_RADIUS, AB_RANGE, AB_VALUE, ACD, AK_AREA, AK_HASTE, AK_HEAL,
     AK_NUKE, ALIVE, A_ABILITY0, A_ABILITY2, A_ATTACK, A_MOVE, A_NOOP, A_RECALL, DMG, EV_ABILITY, EV_RECALL,
@@ -27,8 +27,13 @@ from five_actors.game.state import (
 
 ITEM_DAMAGE, ITEM_HEALTH, ITEM_MANA = 12.0, 150.0, 120.0
 
+# The move head's directions as exact unit vectors (0 = +x, counter-clockwise by 45 degrees).
+_R = math.sqrt(0.5)
+DIR_X = np.array([1.0, _R, 0.0, -_R, -1.0, -_R, 0.0, _R])
+DIR_Y = np.array([0.0, _R, 1.0, _R, 0.0, -_R, -1.0, -_R])
 
-@njit(cache=True)
+
+@kernel
 def _event(ev: np.ndarray, nev: np.ndarray, g: int, kind: int, x: float, y: float, a: float, b: float) -> None:
     n = nev[g]
     if n < ev.shape[1]:
@@ -40,7 +45,7 @@ def _event(ev: np.ndarray, nev: np.ndarray, g: int, kind: int, x: float, y: floa
         nev[g] = n + 1
 
 
-@njit(cache=True)
+@kernel
 def _refresh_hero(u: np.ndarray, h: np.ndarray, g: int, i: int, HT: np.ndarray) -> None:
     """Recompute a hero's max health, mana and damage from its level and items."""
     t = int(h[g, i, H_TYPE])
@@ -56,7 +61,7 @@ def _refresh_hero(u: np.ndarray, h: np.ndarray, g: int, i: int, HT: np.ndarray) 
     u[g, i, MAXMANA] = maxmp
 
 
-@njit(cache=True)
+@kernel
 def reset_game(g: int, types: np.ndarray, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.ndarray,
                P: np.ndarray, HT: np.ndarray, SPOS: np.ndarray, FOUNT: np.ndarray) -> None:
     """Start game `g` afresh with hero types `types[heroes]`."""
@@ -114,7 +119,7 @@ def reset_game(g: int, types: np.ndarray, u: np.ndarray, h: np.ndarray, seen: np
             u[g, k, PREVHPF] = 1.0
 
 
-@njit(cache=True)
+@kernel
 def vulnerable(u: np.ndarray, g: int, k: int, nh: int, sb: int, tpl: int) -> bool:
     """Whether structure `k` can be attacked: tier 0 always, a tier once the one before fell,
     an ancient once some lane has lost all its towers."""
@@ -122,7 +127,7 @@ def vulnerable(u: np.ndarray, g: int, k: int, nh: int, sb: int, tpl: int) -> boo
     base = nh + team * sb
     s = k - base
     if s == sb - 1:
-        for lane in range(sb // tpl):
+        for lane in range((sb - 1) // tpl):
             if u[g, base + lane * tpl + tpl - 1, ALIVE] == 0:
                 return True
         return False
@@ -131,7 +136,7 @@ def vulnerable(u: np.ndarray, g: int, k: int, nh: int, sb: int, tpl: int) -> boo
     return u[g, k - 1, ALIVE] == 0
 
 
-@njit(cache=True)
+@kernel
 def _hit(sc: np.ndarray, g: int, target: int, attacker: int, amount: float, nh: int) -> None:
     sc[g, target, SC_DMG] += amount
     if attacker < nh and amount > sc[g, target, SC_BESTDMG]:
@@ -139,7 +144,7 @@ def _hit(sc: np.ndarray, g: int, target: int, attacker: int, amount: float, nh: 
         sc[g, target, SC_BEST] = attacker
 
 
-@njit(cache=True)
+@kernel
 def _move_toward(u: np.ndarray, sc: np.ndarray, g: int, k: int, tx: float, ty: float, speed: float,
                  stop_at: float) -> None:
     dx = tx - u[g, k, X]
@@ -151,7 +156,7 @@ def _move_toward(u: np.ndarray, sc: np.ndarray, g: int, k: int, tx: float, ty: f
         sc[g, k, NY_SCRATCH] = u[g, k, Y] + dy / d * step
 
 
-@njit(cache=True)
+@kernel
 def _hero_orders(g: int, actions: np.ndarray, u: np.ndarray, h: np.ndarray, sc: np.ndarray, ev: np.ndarray,
                  nev: np.ndarray, slot_unit: np.ndarray, mtype: np.ndarray, mmove: np.ndarray,
                  mtarget: np.ndarray, illegal: np.ndarray, P: np.ndarray, AB: np.ndarray,
@@ -178,10 +183,12 @@ def _hero_orders(g: int, actions: np.ndarray, u: np.ndarray, h: np.ndarray, sc: 
         x = u[g, i, X]
         y = u[g, i, Y]
         if a == A_MOVE:
-            d = actions[row, 1] if team == 0 else (6 - actions[row, 1]) % 8
-            ang = d * (math.pi / 4.0)
-            sc[g, i, NX_SCRATCH] = min(max(x + speed * math.cos(ang), 0.0), S)
-            sc[g, i, NY_SCRATCH] = min(max(y + speed * math.sin(ang), 0.0), S)
+            d = actions[row, 1]
+            # Team 1 sees the map reflected: its direction (dx, dy) is (-dy, -dx) on the map.
+            cx = DIR_X[d] if team == 0 else -DIR_Y[d]
+            cy = DIR_Y[d] if team == 0 else -DIR_X[d]
+            sc[g, i, NX_SCRATCH] = min(max(x + speed * cx, 0.0), S)
+            sc[g, i, NY_SCRATCH] = min(max(y + speed * cy, 0.0), S)
             continue
         if a == A_RECALL:
             sc[g, i, NX_SCRATCH] = FOUNT[team, 0]
@@ -231,7 +238,7 @@ def _hero_orders(g: int, actions: np.ndarray, u: np.ndarray, h: np.ndarray, sc: 
                 sc[g, i, SC_HASTE] = max(sc[g, i, SC_HASTE], AB[t, k, AB_DURATION])
 
 
-@njit(cache=True)
+@kernel
 def _npc_orders(g: int, u: np.ndarray, sc: np.ndarray, P: np.ndarray, WPTS: np.ndarray, nh: int, sb: int,
                 tpl: int) -> None:
     """Phase 1 for towers and creeps: towers defend heroes attacked by enemy heroes, then prefer
@@ -259,7 +266,8 @@ def _npc_orders(g: int, u: np.ndarray, sc: np.ndarray, P: np.ndarray, WPTS: np.n
                         best_d = d2
                         best = v
             cur = int(u[g, k, TGT])
-            if best < 0 and cur >= 0 and u[g, cur, ALIVE] > 0:
+            # A creep slot may have been reused by an allied creep since the target was chosen.
+            if best < 0 and cur >= 0 and u[g, cur, ALIVE] > 0 and u[g, cur, TEAM] != team:
                 if (u[g, cur, X] - x) ** 2 + (u[g, cur, Y] - y) ** 2 <= r2:
                     best = cur
             if best < 0:

@@ -4,6 +4,13 @@ A hero's observation is seen from its own team's corner (team 1's positions are 
 so one policy plays either side. Version 2 only appends features to the end of blocks and one
 action type to the end of the type list, so a v1 model can be carried to v2 by surgery.
 Positions are map coordinates / (map_size / 2); offsets dx, dy, dist are relative to the hero.
+
+Slots: `allies` are the other heroes of the team in hero order (always present, dead or not);
+`enemies` slot j is enemy hero j, present once seen in this game, with its last-seen features
+(`visible` says whether it is in sight now, `since_seen` how long ago it was, in 30 s units up
+to 1); `creeps` are the nearest creeps the team sees, nearest first; `structures` are the own
+towers (lane-major, tier 0 outermost) and ancient, then the enemy's, present while standing.
+The `target` pointer head indexes self, allies, enemies, creeps, structures in that order.
 """
 
 from __future__ import annotations

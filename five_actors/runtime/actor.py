@@ -39,8 +39,9 @@ def message(cls: type[T]) -> type[T]:
     """Make `cls` a frozen dataclass and register it under its class name for the wire."""
     cls = dataclasses.dataclass(frozen=True)(cls)
     existing = MESSAGE_TYPES.get(cls.__name__)
-    if existing is not None and existing.__qualname__ != cls.__qualname__:
-        raise TypeError(f"message type name {cls.__name__!r} is already registered by {existing.__module__}")
+    # The wire names a message by its class name alone, so two classes may not share one.
+    if existing is not None and (existing.__module__, existing.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise TypeError(f"message type name {cls.__name__!r} is already registered by {existing.__module__}.{existing.__qualname__}")
     MESSAGE_TYPES[cls.__name__] = cls
     return cls
 
@@ -427,14 +428,18 @@ class ActorSystem:
         except asyncio.QueueFull:
             await cell.mailbox.put(_Delivery(msg, reply, sender))
 
-    def deliver_nowait(self, path: str, msg: Any, sender: str | None = None) -> bool:
-        """Tell the local actor at `path` without waiting: False when its mailbox is full (then
-        await `deliver`); raises ActorDown when no actor runs there."""
+    def deliver_nowait(self, path: str, msg: Any, reply: Reply | None, sender: str | None = None) -> bool:
+        """`deliver` to the local actor at `path` without waiting: False (nothing done) when its
+        mailbox is full, so the caller awaits `deliver` instead."""
         cell = self._cells.get(path)
         if cell is None or cell.state == "stopping":
-            raise ActorDown(f"no actor running at {self.node_id}{path}")
+            error = ActorDown(f"no actor running at {self.node_id}{path}")
+            if reply:
+                reply(None, error)
+                return True
+            raise error
         try:
-            cell.mailbox.put_nowait(_Delivery(msg, None, sender))
+            cell.mailbox.put_nowait(_Delivery(msg, reply, sender))
         except asyncio.QueueFull:
             return False
         return True

@@ -30,8 +30,8 @@ def token_matches(request: web.Request, token: str) -> bool:
 
 
 def close_message(reason: str) -> bytes:
-    # A close frame's payload is at most 125 bytes, two of them the code.
-    return reason.encode()[:120]
+    """`reason` cut to fit a close frame (125 bytes, two of them the code) without splitting a character."""
+    return reason.encode()[:120].decode("utf-8", "ignore").encode()
 
 
 class Link:
@@ -68,15 +68,19 @@ class Link:
         self.replaced = False
         self.incarnation = incarnation
         """The peer's incarnation, from its hello: a new one means the peer restarted."""
+        self.dialed_url = ""
+        """The URL this node dialled for an outbound link (the peer may advertise another)."""
         self.max_bytes = max_bytes
         """Largest websocket message both ends accept: no frame or batch is bigger."""
         self._batch: list[bytes] = []
         self._batch_bytes = 0
         self._room = asyncio.Event()
         self._room.set()
-        self._writer: asyncio.Task[None] | None = None
-        """Runs while the batch has frames; None means the batch is empty."""
+        self._writing = False
+        """True from the first queued frame until the writer has sent the whole batch."""
+        self._wake: asyncio.Future[None] | None = None
         self._wrote_this_turn = False
+        self._writer = asyncio.get_running_loop().create_task(self._write(), name=f"link:{peer}:writer")
 
     @property
     def is_up(self) -> bool:
@@ -86,7 +90,7 @@ class Link:
         """Send one frame, waiting while the batch is full or the socket drains (backpressure)."""
         if self.closed.done():
             raise ActorDown(f"link to node {self.peer} is down ({self.closed.result()})")
-        if self._writer is None and not self._wrote_this_turn:
+        if not self._writing and not self._wrote_this_turn:
             # The first frame of a loop turn on an idle link goes out at once (an ask's latency);
             # frames that follow it in the same turn are batched by the writer.
             self._wrote_this_turn = True
@@ -120,12 +124,18 @@ class Link:
         self._batch_bytes += len(frame)
         if len(self._batch) >= self.BATCH_FRAMES or self._batch_bytes >= self.BATCH_BYTES:
             self._room.clear()
-        if self._writer is None:
-            self._writer = asyncio.get_running_loop().create_task(self._write(), name=f"link:{self.peer}:writer")
+        self._writing = True
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
 
     async def _write(self) -> None:
         try:
-            while self._batch and not self.closed.done():
+            while not self.closed.done():
+                if not self._batch:
+                    self._writing = False
+                    self._wake = asyncio.get_running_loop().create_future()
+                    await self._wake
+                    continue
                 batch, self._batch, self._batch_bytes = self._batch, [], 0
                 self._room.set()
                 small: list[bytes] = []
@@ -141,17 +151,19 @@ class Link:
                         small_bytes += len(frame)
                 if small:
                     await self.ws.send_bytes(b"".join(small) if len(small) > 1 else small[0])
-        except (ConnectionError, RuntimeError) as exc:
-            # The reader sees the same loss and runs the link-lost handling; drop what is queued.
-            self.mark_closed(f"send failed: {exc}")
-        finally:
-            self._writer = None
+        except Exception as exc:  # noqa: BLE001 - whatever broke the socket ends this link
+            # Closing the socket makes the reader run the link-lost handling; what is queued is dropped.
+            self.mark_closed(f"send failed: {type(exc).__name__}: {exc}")
+            if not self.ws.closed:
+                await self.ws.close(code=aiohttp.WSCloseCode.INTERNAL_ERROR, message=close_message(f"send failed: {exc}"))
 
     def mark_closed(self, reason: str) -> None:
         if not self.closed.done():
             self.closed.set_result(reason)
         self._batch.clear()
         self._room.set()
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)  # the writer sees the link closed and ends
 
     def info(self) -> dict[str, Any]:
         """What /actors shows about this link."""

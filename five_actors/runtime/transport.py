@@ -19,6 +19,7 @@ import itertools
 import random
 import secrets
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -69,7 +70,9 @@ class Transport:
     async def send(self, address: str, msg: Any, reply: Reply | None, sender: str | None) -> None:
         """Send a tell (reply None) or an ask to an actor on another node."""
         node = address.partition("/")[0]
-        link = await self._link_for(node)
+        link = self.links.get(node)
+        if link is None or not link.is_up:
+            link = await self._link_for(node)
         if reply is None:
             await link.send(wire.encode("tell", to=address, sender=sender, body=msg, max_bytes=link.max_bytes))
             return
@@ -150,7 +153,7 @@ class Transport:
         """Open (or reuse) a link to the node listening at `url`; one attempt, no retries."""
         url = normalise_url(url)
         for link in self.links.values():
-            if link.url == url and link.is_up:
+            if url in (link.url, link.dialed_url) and link.is_up:
                 return link
         task = self._connecting.get(url)
         if task is None:
@@ -217,6 +220,7 @@ class Transport:
             await ws.close(code=WSCloseCode.PROTOCOL_ERROR, message=close_message(str(exc)))
             raise LinkError(f"handshake with {url} failed: {exc}") from None
         link = self._add_link(ws, hello, outbound=True)
+        link.dialed_url = url
         if link.ws is ws:
             self._spawn(self._serve(link))
         return link
@@ -283,6 +287,7 @@ class Transport:
             self._spawn(existing.ws.close(code=WSCloseCode.GOING_AWAY, message=b"peer restarted"))
         elif existing is not None and existing.is_up:
             if self._initiator(existing) == min(self.node_id, peer) != self._initiator(link):
+                link.mark_closed("duplicate link")
                 self._spawn(ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"duplicate link"))
                 return existing
             existing.replaced = True
@@ -325,8 +330,16 @@ class Transport:
                         link.frames_in += 1
                         if isinstance(item, wire.Rejected):
                             self._reject(link, item.error, item.id)
-                        elif item.kind != "tell" or not self._tell_nowait(link, item):
-                            await self._on_frame(link, item)
+                        elif item.kind == "tell" or item.kind == "ask":
+                            delivery = self._delivery(link, item)
+                            try:
+                                # Only a full mailbox makes the reader wait (and so the peer: backpressure).
+                                if delivery is not None and not self.system.deliver_nowait(*delivery):
+                                    await self.system.deliver(item.to, *delivery[1:])  # type: ignore[arg-type]
+                            except ActorDown as exc:  # a tell to no actor (an ask gets the error as its reply)
+                                log.info("message_dropped", peer=link.peer, to=item.to, type=item.type, reason=str(exc))
+                        else:
+                            self._on_frame(link, item)
                 elif msg.type == WSMsgType.TEXT:
                     self._reject(link, WireError("text frames are not accepted: links carry binary msgpack frames"), None)
                 elif msg.type == WSMsgType.ERROR:
@@ -346,6 +359,9 @@ class Transport:
         except asyncio.CancelledError:
             reason = "node stopping"
             raise
+        except Exception as exc:  # noqa: BLE001 - a bug here must drop this link, not the node
+            reason = f"internal error: {type(exc).__name__}: {exc}"
+            log.error("link_crashed", peer=link.peer, reason=reason, traceback=traceback.format_exc())
         finally:
             if not ws.closed:
                 await asyncio.shield(ws.close(code=WSCloseCode.GOING_AWAY, message=close_message(reason)))
@@ -355,11 +371,9 @@ class Transport:
         log.warning("frame_rejected", peer=link.peer, reason=str(error), id=request_id)
         link.post(wire.encode_error(error, request_id))
 
-    async def _on_frame(self, link: Link, env: wire.Envelope) -> None:
+    def _on_frame(self, link: Link, env: wire.Envelope) -> None:
         kind = env.kind
-        if kind == "tell" or kind == "ask":
-            await self._deliver(link, env)
-        elif kind == "reply":
+        if kind == "reply":
             reply = self._forget(env.id)  # type: ignore[arg-type]
             if reply is not None:
                 reply(env.body, None)
@@ -388,29 +402,17 @@ class Transport:
         else:
             self._reject(link, WireError(f"unexpected {kind} frame on an open link"), None)
 
-    def _check_local(self, address: str) -> None:
-        if not address.startswith(self._prefix) or len(address) == len(self._prefix):
-            raise ActorDown(f"{address!r} is not an actor address on node {self.node_id}: links do not forward")
-
-    def _tell_nowait(self, link: Link, env: wire.Envelope) -> bool:
-        """Deliver a tell without a coroutine (the common case); False when the mailbox is full."""
+    def _delivery(self, link: Link, env: wire.Envelope) -> tuple[str, Any, Reply | None, str | None] | None:
+        """(path, message, reply, sender) for a tell or ask to a local actor; None when it was
+        answered (or dropped) here because no actor can get it."""
         to: str = env.to  # type: ignore[assignment]
-        try:
-            self._check_local(to)
-            return self.system.deliver_nowait(to[len(self.node_id):], env.body, env.sender)
-        except ActorDown as exc:
-            log.info("message_dropped", peer=link.peer, to=to, type=env.type, reason=str(exc))
-            return True
-
-    async def _deliver(self, link: Link, env: wire.Envelope) -> None:
-        to: str = env.to  # type: ignore[assignment]
+        path = to[len(self.node_id):]
+        local = to.startswith(self._prefix) and len(path) > 1
         if env.kind == "tell":
-            try:
-                self._check_local(to)
-                await self.system.deliver(to, env.body, None, env.sender)
-            except ActorDown as exc:
-                log.info("message_dropped", peer=link.peer, to=to, type=env.type, reason=str(exc))
-            return
+            if local:
+                return path, env.body, None, env.sender
+            log.info("message_dropped", peer=link.peer, to=to, type=env.type, reason=f"{to} is not on node {self.node_id}")
+            return None
         peer, id_ = link.peer, env.id
         answered = False
 
@@ -419,7 +421,8 @@ class Transport:
             if answered:
                 return
             answered = True
-            unwatch()
+            if unwatch is not None:
+                unwatch()
             current = self.links.get(peer)
             if current is None:
                 return  # the asker's node is gone; it has failed this ask itself
@@ -432,17 +435,13 @@ class Transport:
                 frame = wire.encode_error(error, id_)
             current.post(frame)
 
-        def unwatch() -> None:
-            pass
-
-        try:
-            self._check_local(to)
-        except ActorDown as exc:
-            reply(None, exc)
-            return
+        unwatch: Callable[[], None] | None = None
+        if not local:
+            reply(None, ActorDown(f"{to} is not on node {self.node_id}: links do not forward"))
+            return None
         # Answer ActorDown if the actor dies while handling this ask; `answered` keeps it to one reply.
         unwatch = self.system.watch_address(to, lambda reason: reply(None, ActorDown(f"{to} is down ({reason})")))
-        await self.system.deliver(to, env.body, reply, env.sender)
+        return path, env.body, reply, env.sender
 
     def _serve_watch(self, link: Link, env: wire.Envelope) -> None:
         peer, id_, to = link.peer, env.id, env.to
@@ -453,9 +452,7 @@ class Transport:
             if current is not None:
                 current.post(wire.encode("down", sender=to, id=id_, body=reason))
 
-        try:
-            self._check_local(to)  # type: ignore[arg-type]
-        except ActorDown:
+        if not to.startswith(self._prefix) or len(to) == len(self._prefix):  # type: ignore[union-attr]
             notify("noproc")
             return
         self._served_watches[(peer, id_)] = self.system.watch_address(to, notify)  # type: ignore[arg-type, index]

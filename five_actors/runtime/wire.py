@@ -116,7 +116,9 @@ def _array_ext(arr: np.ndarray) -> msgpack.ExtType:
     code = dtype.str.encode()
     head = struct.pack(f"<B{len(code)}sB{arr.ndim}Q", len(code), code, arr.ndim, *arr.shape)
     head += b"\0" * (-len(head) % 16)
-    return msgpack.ExtType(EXT_ARRAY, head + np.ascontiguousarray(arr).tobytes())
+    # One copy: join reads the array's buffer directly (arr.tobytes() and + would be two).
+    data = memoryview(np.ascontiguousarray(arr)).cast("B") if arr.size else b""
+    return msgpack.ExtType(EXT_ARRAY, b"".join((head, data)))
 
 
 def _default(obj: Any) -> Any:

@@ -61,6 +61,7 @@ class NodeAgent(Actor):
         self.rates, self._last = rates, last
 
     async def on_node_view(self, _msg: NodeView) -> dict[str, Any]:
+        """This node's view, with its child nodes' (see `view`)."""
         return await self.view()
 
     def local_view(self) -> dict[str, Any]:

@@ -72,6 +72,7 @@ class HostRegistry(Actor):
         self._changed = asyncio.Event()
 
     async def on_host_joined(self, msg: HostJoined) -> None:
+        """Record a host (once; later announcements are heartbeats) and watch for its loss."""
         if msg.node in self.hosts:
             return
         self.hosts[msg.node] = msg.name
@@ -191,6 +192,7 @@ class HostAgent(NodeAgent):
         return [c.path for c in self.system.cells() if isinstance(c.actor, Supervisor)]
 
     async def on_start_subtree(self, msg: StartSubtree) -> str:
+        """Start the subtree at its path (replacing a stale one); returns its address once it runs."""
         spec = from_mapping(ChildSpec, msg.spec, msg.path)
         if msg.config is not None:
             # The head's config becomes this host's: its actors and process children read it.
@@ -206,4 +208,5 @@ class HostAgent(NodeAgent):
         return ref.address
 
     async def on_stop_subtree(self, msg: StopSubtree) -> str:
+        """Stop the subtree at its path; returns its exit reason."""
         return await self.system.stop(msg.path, msg.timeout)

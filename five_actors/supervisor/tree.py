@@ -97,6 +97,7 @@ class Supervisor(Actor):
         self._restart_times: deque[float] = deque()
         self._round = 0
         self._gave_up = False
+        self.log: Any = log  # bound to this supervisor's path once it runs
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -129,12 +130,14 @@ class Supervisor(Actor):
     # -- messages -------------------------------------------------------------------------
 
     async def on_child_exited(self, msg: ChildExited) -> None:
+        """Apply the restart type and strategy to a child's exit."""
         child = self._find(msg.child)
         if child is None or child.generation != msg.generation or self._gave_up:
             return  # an incarnation this supervisor already stopped or replaced
         await self._handle_exit(child, msg.reason)
 
     async def on_restart_pending(self, msg: RestartPending) -> None:
+        """The backoff is over: start, in order, every child waiting to restart."""
         if msg.token != self._round or self._gave_up:
             return
         for child in list(self.children):
@@ -148,6 +151,7 @@ class Supervisor(Actor):
             self.log.info("child_restarted", child=child.spec.id, restarts=child.restarts)
 
     async def on_which_children(self, _msg: WhichChildren) -> list[dict[str, Any]]:
+        """One row per child (see `rows`)."""
         return self.rows()
 
     def status(self) -> dict[str, Any]:

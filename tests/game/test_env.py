@@ -14,7 +14,8 @@ from five_actors.game.env import LaneGame
 from five_actors.game.match import team_rows
 from five_actors.game.spec import action_spec, obs_spec
 from five_actors.game.state import (
-    A_ATTACK, A_MOVE, ALIVE, HP, KIND_CREEP, KIND, MAXHP, TEAM, X, Y, fountains, structure_positions,
+    A_ATTACK, A_MOVE, ALIVE, DMG, H_GOLD, H_ITEMS, HP, KIND, KIND_CREEP, MAXHP, TEAM, TGT, X, Y, fountains,
+    structure_positions,
 )
 
 CFG = GameConfig(games_per_batch=4, draft="fixed", seed=5)
@@ -266,3 +267,96 @@ def test_recall_takes_a_hero_home() -> None:
     step = env.step(actions)
     assert env.state.units[0, 0, X] == pytest.approx(fountains(CFG)[0, 0])
     assert not step.masks["type"][0, recall], "recall is on cooldown"
+
+
+def place_creep(env: LaneGame, game: int, slot: int, team: int, x: float, y: float, hp: float = 300.0) -> int:
+    """Put a creep of `team` at (x, y) in creep slot `slot`; returns its unit index."""
+    k = creep_slot(env) + slot
+    u = env.state.units[game]
+    u[k] = 0.0
+    u[k, [X, Y, HP, MAXHP, TEAM, KIND, ALIVE]] = [x, y, hp, 300.0, team, KIND_CREEP, 1.0]
+    u[k, TGT] = -1.0
+    return k
+
+
+def test_fog_hides_far_creeps_and_shows_near_ones(env: LaneGame) -> None:
+    env.reset()
+    near = place_creep(env, 0, 0, 1, 20.0, 20.0)
+    place_creep(env, 0, 1, 1, 60.0, 30.0)
+    u = env.state.units[0]
+    u[0, X], u[0, Y] = 15.0, 15.0
+    obs, masks = env.observe()
+    creeps = env.obs_spec.split(obs)["creeps"][0]
+    assert creeps[:, 0].sum() == 1.0, "only the creep within vision is observed"
+    assert creeps[0, 4] == pytest.approx(np.hypot(5.0, 5.0) / (CFG.map_size / 2))
+    target = 1 + (HPS - 1) + HPS
+    assert env._slot_unit[0, target] == near and masks["target"][0, A_ATTACK, target]
+
+
+def test_last_hit_pays_the_hero_and_xp_goes_to_nearby_allies(env: LaneGame) -> None:
+    env.reset()
+    u, h = env.state.units[0], env.state.heroes[0]
+    u[:HPS, X], u[:HPS, Y] = 30.0, 30.0
+    u[1, X] = 5.0  # too far away for a share of the XP
+    k = place_creep(env, 0, 60, 1, 31.0, 30.0, hp=5.0)  # a slot the first wave will not reuse
+    obs, masks = env.observe()
+    slot = 1 + (HPS - 1) + HPS
+    assert env._slot_unit[0, slot] == k and block(env, obs, 0, "creeps")["last_hittable"] == 1.0
+    gold_before = h[:, H_GOLD].copy()
+    actions = noop(env)
+    actions[0] = (A_ATTACK, 0, slot)
+    step = env.step(actions)
+    assert u[k, ALIVE] == 0.0
+    assert h[0, H_GOLD] - gold_before[0] > h[2, H_GOLD] - gold_before[2] + CFG.creep_gold - 1
+    assert step.infos["reward/last_hit"][0] < 0 and step.infos["reward/gold"][0] > step.infos["reward/gold"][2]
+    xp = step.infos["reward/xp"][:HPS]
+    assert xp[0] > 0 and xp[2] == xp[0] and xp[1] == 0.0
+    assert {e["kind"] for e in env.events(0)} == {"last_hit"}
+
+
+def test_towers_prefer_creeps_but_defend_attacked_heroes(env: LaneGame) -> None:
+    env.reset()
+    u = env.state.units[0]
+    nh = 2 * HPS
+    tower = nh  # team 0's first tower
+    tx, ty = u[tower, X], u[tower, Y]
+    creep = place_creep(env, 0, 0, 1, tx + 3.0, ty, hp=3000.0)
+    enemy = HPS  # team 1's hero 0, a knight with melee range
+    ally = 1
+    u[enemy, X], u[enemy, Y] = tx - 3.0, ty
+    u[ally, X], u[ally, Y] = tx - 4.5, ty
+    u[0, X], u[0, Y] = tx, ty - 30.0
+    env.observe()
+    env.step(noop(env))
+    assert u[creep, HP] < 3000.0 and u[enemy, HP] == u[enemy, MAXHP], "the tower hits the creep first"
+    obs, masks = env.observe()
+    actions = noop(env)
+    enemy_target = HPS + ally  # team 1 sees team 0's hero j in its enemies slot j
+    assert masks["target"][enemy, A_ATTACK, enemy_target]
+    actions[enemy] = (A_ATTACK, 0, enemy_target)
+    for _ in range(8):
+        env.step(actions)
+    assert u[ally, HP] < u[ally, MAXHP]
+    assert u[enemy, HP] < u[enemy, MAXHP], "the tower switched to the hero attacking its ally"
+
+
+def test_team_spirit_one_shares_rewards_evenly() -> None:
+    env = LaneGame(dataclasses.replace(CFG, games_per_batch=2, team_spirit=1.0))
+    obs, masks = env.reset()
+    bot = RandomBot(seed=8)
+    for _ in range(100):
+        step = env.step(bot.act(obs, masks))
+        obs, masks = step.obs, step.masks
+        per_team = step.rewards.reshape(-1, HPS)
+        np.testing.assert_allclose(per_team, per_team[:, :1].repeat(HPS, axis=1), atol=1e-5)
+
+
+def test_the_shop_buys_an_item_once_a_hero_can_afford_it(env: LaneGame) -> None:
+    env.reset()
+    h, u = env.state.heroes[0], env.state.units[0]
+    h[0, H_GOLD] = CFG.item_cost - 0.1
+    damage = u[0, DMG]
+    step = env.step(noop(env))
+    assert h[0, H_ITEMS] == 1.0 and h[0, H_GOLD] < 1.0 and u[0, DMG] > damage
+    assert step.infos["reward/gold_spent"][0] == pytest.approx(CFG.item_cost * CFG.reward_gold_spent, rel=1e-3)
+    assert step.infos["reward/gold_spent"][1] == 0.0

@@ -192,17 +192,26 @@ def test_html_embedding_survives_script_closing_tags(tmp_path: Path) -> None:
     assert page.count("</script>") == 2 and "alert(1)" in page
 
 
+def headless_dom(url: str) -> str:
+    """The page's DOM after three seconds of (virtual) time in headless chromium."""
+    return subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--virtual-time-budget=3000", "--dump-dom", url],
+        capture_output=True, text=True, timeout=120,
+    ).stdout
+
+
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs chromium (apt-get install chromium)")
-def test_html_player_draws_the_requested_step_in_a_headless_browser(tmp_path: Path) -> None:
+def test_html_player_draws_and_plays_in_a_headless_browser(tmp_path: Path) -> None:
     path = tmp_path / "match.replay"
     record_match(path, steps=200)
     out = tmp_path / "player.html"
     assert cli(str(path), "--html", str(out)).returncode == 0
-    dom = subprocess.run(
-        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--virtual-time-budget=3000", "--dump-dom", f"{out.as_uri()}#step=120"],
-        capture_output=True, text=True, timeout=120,
-    ).stdout
-    assert '<div id="clock">00:12.0</div>' in dom
-    assert '<span id="hp1t">40%</span>' in dom
-    assert "step 120 / 198" in dom and "last_hit team=0 hero=1" in dom
+    still = headless_dom(f"{out.as_uri()}#step=120")
+    assert '<div id="clock">00:12.0</div>' in still
+    assert '<span id="hp1t">40%</span>' in still
+    assert "step 120 / 198" in still and "last_hit team=0 hero=1" in still
+    playing = headless_dom(f"{out.as_uri()}#step=0&speed=2&play")
+    clock = re.search(r'<div id="clock">(\d\d):(\d\d\.\d)</div>', playing)
+    assert clock is not None and 1.0 < float(clock.group(2)) < 19.8
+    assert '<button id="play">Pause</button>' in playing

@@ -22,7 +22,7 @@ from five_actors.runtime.node import Node, run
 
 
 @message
-class Ping:
+class Probe:
     """Echoed back by Echo."""
 
     n: int
@@ -37,7 +37,7 @@ class Sleep:
 
 
 @message
-class Crash:
+class Die:
     """Echo raises RuntimeError(reason): the actor crashes."""
 
     reason: str
@@ -73,14 +73,14 @@ class Forward:
 class Echo(Actor):
     """Replies with what it gets."""
 
-    async def on_ping(self, msg: Ping) -> Ping:
+    async def on_probe(self, msg: Probe) -> Probe:
         return msg
 
     async def on_sleep(self, msg: Sleep) -> float:
         await asyncio.sleep(msg.seconds)
         return msg.seconds
 
-    async def on_crash(self, msg: Crash) -> None:
+    async def on_die(self, msg: Die) -> None:
         raise RuntimeError(msg.reason)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from peer_node import Crash, Echo, Ping, Sleep
+from peer_node import Die, Echo, Probe, Sleep
 
 from five_actors.errors import ActorDown, AskTimeout
 from five_actors.runtime.actor import Actor, ActorSystem, Down
@@ -35,16 +35,16 @@ async def test_ask_to_a_dead_actor_fails_at_once() -> None:
     ref = system.spawn(Echo(), "/echo")
     assert await system.stop(ref) == "shutdown"
     with pytest.raises(ActorDown, match="no actor running at n/echo"):
-        await ref.ask(Ping(1), timeout=60)
+        await ref.ask(Probe(1), timeout=60)
     with pytest.raises(ActorDown):
-        await ref.tell(Ping(1))
+        await ref.tell(Probe(1))
 
 
 async def test_ask_fails_with_actor_down_when_the_actor_crashes_on_it() -> None:
     system = ActorSystem("n")
     ref = system.spawn(Echo(), "/echo")
     with pytest.raises(ActorDown, match="n/echo is down \\(RuntimeError: bad\\)"):
-        await ref.ask(Crash("bad"), timeout=60)
+        await ref.ask(Die("bad"), timeout=60)
 
 
 async def test_watch_of_an_already_dead_actor_delivers_down_noproc() -> None:

@@ -9,8 +9,8 @@ import msgpack
 import numpy as np
 import pytest
 from aiohttp import WSMsgType, web
-from conftest import TOKEN, NodeFactory
-from peer_node import Crash, Echo, Ping
+from runtime_support import TOKEN, NodeFactory
+from peer_node import Die, Echo, Probe
 from structlog.testing import capture_logs
 
 from five_actors.errors import ActorDown, RemoteError, TokenRefused, WireError
@@ -22,9 +22,9 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 class Refuser(Actor):
-    """Refuses every Ping with a FiveActorsError."""
+    """Refuses every Probe with a FiveActorsError."""
 
-    async def on_ping(self, msg: Ping) -> None:
+    async def on_probe(self, msg: Probe) -> None:
         raise WireError(f"refusing ping {msg.n}")
 
 
@@ -40,7 +40,7 @@ async def _raw_client(session: aiohttp.ClientSession, node: Node, hello: bool = 
 async def _still_serves(make_node: NodeFactory, node: Node, name: str) -> None:
     other = await make_node(name)
     await other.connect(node.url)
-    assert (await other.ask(f"{node.node_id}/echo", Ping(5))).n == 5
+    assert (await other.ask(f"{node.node_id}/echo", Probe(5))).n == 5
 
 
 async def test_remote_ask_tell_and_errors_between_two_nodes(make_node: NodeFactory) -> None:
@@ -48,16 +48,16 @@ async def test_remote_ask_tell_and_errors_between_two_nodes(make_node: NodeFacto
     b.system.spawn(Echo(), "/echo")
     b.system.spawn(Refuser(), "/refuser")
     assert await a.connect(b.url) == "b"
-    got = await a.ask("b/echo", Ping(1, np.arange(1000, dtype=np.float32)))
+    got = await a.ask("b/echo", Probe(1, np.arange(1000, dtype=np.float32)))
     np.testing.assert_array_equal(got.payload, np.arange(1000, dtype=np.float32))
     with pytest.raises(RemoteError, match="WireError: refusing ping 2"):
-        await a.ask("b/refuser", Ping(2))
+        await a.ask("b/refuser", Probe(2))
     with pytest.raises(ActorDown, match="no actor running at b/nobody"):
-        await a.ask("b/nobody", Ping(3))
+        await a.ask("b/nobody", Probe(3))
     with pytest.raises(ActorDown, match="b/echo is down \\(RuntimeError: boom\\)"):
-        await a.ask("b/echo", Crash("boom"))
+        await a.ask("b/echo", Die("boom"))
     with pytest.raises(ActorDown, match="node 'c' is not known"):
-        await a.ask("c/echo", Ping(4))
+        await a.ask("c/echo", Probe(4))
     links = {row["peer"]: row for row in a.links()}
     assert links["b"]["state"] == "up" and links["b"]["frames_out"] == 4 and links["b"]["frames_in"] == 4
 
@@ -67,8 +67,8 @@ async def test_a_message_over_the_size_limit_is_refused_to_the_sender_and_the_li
     b.system.spawn(Echo(), "/echo")
     await a.connect(b.url)
     with pytest.raises(WireError, match="over the limit of 65536 bytes \\(node.max_message_bytes\\)"):
-        await a.ask("b/echo", Ping(1, np.zeros(100_000, dtype=np.uint8)))
-    assert (await a.ask("b/echo", Ping(2))).n == 2
+        await a.ask("b/echo", Probe(1, np.zeros(100_000, dtype=np.uint8)))
+    assert (await a.ask("b/echo", Probe(2))).n == 2
 
 
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}])
@@ -122,7 +122,7 @@ async def test_require_token_answers_401_and_never_runs_the_handler(make_node: N
 
 
 def _ask_frame(**fields: object) -> bytes:
-    env = {"v": 1, "kind": "ask", "to": "a/echo", "from": None, "id": 11, "type": "Ping", "body": {"n": 1, "payload": None}}
+    env = {"v": 1, "kind": "ask", "to": "a/echo", "from": None, "id": 11, "type": "Probe", "body": {"n": 1, "payload": None}}
     env.update(fields)
     return msgpack.packb(env, use_bin_type=True)
 
@@ -154,9 +154,9 @@ async def test_bad_frames_get_a_clear_error_a_log_line_and_the_node_serves_on(ma
         assert error.kind == "error" and error.id == request_id
         assert message in error.body["message"]
         assert [e["reason"] for e in logs if e["event"] == "frame_rejected"] == [error.body["message"]]
-        await ws.send_bytes(wire.encode("ask", to="a/echo", id=12, body=Ping(9)))
+        await ws.send_bytes(wire.encode("ask", to="a/echo", id=12, body=Probe(9)))
         reply = wire.decode((await ws.receive()).data)
-        assert (reply.kind, reply.id, reply.body) == ("reply", 12, Ping(9))
+        assert (reply.kind, reply.id, reply.body) == ("reply", 12, Probe(9))
         await ws.close()
     await _still_serves(make_node, node, "b")
 
@@ -174,7 +174,7 @@ async def test_frames_over_the_limit_and_bad_hellos_close_the_link_with_a_reason
 
         ws = await _raw_client(session, node, hello=False)
         with capture_logs() as logs:
-            await ws.send_bytes(wire.encode("tell", to="a/echo", body=Ping(1)))
+            await ws.send_bytes(wire.encode("tell", to="a/echo", body=Probe(1)))
             msg = await ws.receive()
         assert msg.type == WSMsgType.CLOSE and msg.data == aiohttp.WSCloseCode.PROTOCOL_ERROR
         assert "expected a hello frame first" in msg.extra
@@ -192,7 +192,7 @@ async def test_nodes_learn_each_other_through_a_hub_and_connect_directly(make_no
     right.system.spawn(Echo(), "/echo")
     await left.connect(hub.url)
     await right.connect(hub.url)
-    assert (await left.ask("right/echo", Ping(7))).n == 7
+    assert (await left.ask("right/echo", Probe(7))).n == 7
     assert {row["peer"] for row in left.links()} == {"hub", "right"}
     assert left.known_nodes()["right"] == right.url
 
@@ -203,8 +203,8 @@ async def test_nodes_connecting_to_each_other_at_once_keep_one_link(make_node: N
     b.system.spawn(Echo(), "/echo")
     with capture_logs() as logs:
         await asyncio.gather(a.connect(b.url), b.connect(a.url))
-        assert (await a.ask("b/echo", Ping(1))).n == 1
-        assert (await b.ask("a/echo", Ping(2))).n == 2
+        assert (await a.ask("b/echo", Probe(1))).n == 1
+        assert (await b.ask("a/echo", Probe(2))).n == 2
     assert [row["peer"] for row in a.links()] == ["b"] and [row["peer"] for row in b.links()] == ["a"]
     assert not [e for e in logs if e["event"] == "link_down"]
 
@@ -226,12 +226,12 @@ async def test_a_peer_back_under_the_same_id_before_its_old_link_dropped_is_a_ne
     watcher = Watcher()
     hub.system.spawn(watcher, "/watcher")
     hub.system.watch(watcher.ref, hub.ref("x/echo"))
-    await hub.ask("x/echo", Ping(1))
+    await hub.ask("x/echo", Probe(1))
     new = await make_node("x")  # same node id, old link still open: as after a half-open socket
     new.system.spawn(Echo(), "/echo")
     await new.connect(hub.url)
     assert await asyncio.wait_for(watcher.downs.get(), 10) == Down("x/echo", "link_lost")
-    assert (await hub.ask("x/echo", Ping(2))).n == 2
+    assert (await hub.ask("x/echo", Probe(2))).n == 2
     assert [row["url"] for row in hub.links()] == [new.url]
 
 
@@ -240,9 +240,38 @@ async def test_the_smaller_size_limit_of_the_two_ends_applies_to_frames_and_batc
     small.system.spawn(Echo(), "/echo")
     await big.connect(small.url)
     with pytest.raises(WireError, match="over the limit of 8192 bytes"):
-        await big.ask("small/echo", Ping(1, np.zeros(10_000, dtype=np.uint8)))
+        await big.ask("small/echo", Probe(1, np.zeros(10_000, dtype=np.uint8)))
     # 500 tells in one loop turn are batched into messages the small end accepts.
     for n in range(500):
-        await big.ref("small/echo").tell(Ping(n, np.zeros(100, dtype=np.uint8)))
-    assert (await big.ask("small/echo", Ping(7))).n == 7
+        await big.ref("small/echo").tell(Probe(n, np.zeros(100, dtype=np.uint8)))
+    assert (await big.ask("small/echo", Probe(7))).n == 7
     assert [row["state"] for row in big.links()] == ["up"]
+
+
+async def test_frames_for_addresses_that_are_not_here_get_answers_not_a_broken_link(make_node: NodeFactory) -> None:
+    node = await make_node("a")
+    node.system.spawn(Echo(), "/echo")
+    async with aiohttp.ClientSession() as session:
+        ws = await _raw_client(session, node)
+        await ws.send_bytes(wire.encode("tell", to="elsewhere/echo", body=Probe(1)))
+        await ws.send_bytes(wire.encode("tell", to="a/nobody", body=Probe(1)))
+        await ws.send_bytes(wire.encode("ask", to="a/", id=1, body=Probe(1)))
+        await ws.send_bytes(wire.encode("ask", to="elsewhere/echo", id=2, body=Probe(1)))
+        await ws.send_bytes(wire.encode("watch", to="a/", id=3))
+        await ws.send_bytes(wire.encode("watch", to="a/nobody", id=4))
+        answers: list[wire.Envelope] = []
+        while len(answers) < 4:  # the node batches what it sends in one loop turn
+            answers += [e for e in wire.decode_batch((await ws.receive()).data) if isinstance(e, wire.Envelope)]
+        assert [(e.kind, e.id) for e in answers] == [("error", 1), ("error", 2), ("down", 3), ("down", 4)]
+        assert "links do not forward" in answers[1].body["message"]
+        assert [e.body for e in answers[2:]] == ["noproc", "noproc"]
+        await ws.send_bytes(wire.encode("ask", to="a/echo", id=5, body=Probe(5)))
+        assert wire.decode((await ws.receive()).data).body == Probe(5)
+
+
+async def test_connecting_again_by_another_spelling_of_the_url_keeps_one_link(make_node: NodeFactory) -> None:
+    a, b = await make_node("a"), await make_node("b")
+    await a.connect(b.url)
+    assert await a.connect(f"http://localhost:{b.port}/") == "b"  # b advertises ws://127.0.0.1:PORT
+    assert await a.connect(f"http://localhost:{b.port}") == "b"
+    assert [row["peer"] for row in a.links()] == ["b"] and len(b.links()) == 1

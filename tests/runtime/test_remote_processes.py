@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 import pytest
-from conftest import NodeFactory, PeerProcess, free_port
-from peer_node import Add, Blob, Crash, Forward, Ping, Sleep, Total
+from runtime_support import NodeFactory, PeerProcess, free_port
+from peer_node import Add, Blob, Die, Forward, Probe, Sleep, Total
 
 from five_actors.errors import ActorDown, AskTimeout, UnknownMessageType
 from five_actors.runtime.actor import Actor, Down, message
@@ -47,7 +47,7 @@ async def test_tell_ask_and_watch_across_processes(make_node: NodeFactory, peer_
     peer = await peer_process("peer")
     await node.connect(peer.url)
     big = np.random.default_rng(0).standard_normal((256, 1024)).astype(np.float32)
-    echoed = await node.ask("peer/echo", Ping(1, big))
+    echoed = await node.ask("peer/echo", Probe(1, big))
     np.testing.assert_array_equal(echoed.payload, big)
     counter = node.ref("peer/counter")
     for n in range(1, 101):
@@ -65,7 +65,7 @@ async def test_tell_ask_and_watch_across_processes(make_node: NodeFactory, peer_
     node.system.watch(watcher.ref, node.ref("peer/nobody"))
     assert await asyncio.wait_for(watcher.downs.get(), 10) == Down("peer/nobody", "noproc")
     with pytest.raises(ActorDown, match="peer/echo is down \\(RuntimeError: on purpose\\)"):
-        await node.ask("peer/echo", Crash("on purpose"))
+        await node.ask("peer/echo", Die("on purpose"))
     assert await asyncio.wait_for(watcher.downs.get(), 10) == Down("peer/echo", "RuntimeError: on purpose")
 
 
@@ -78,7 +78,7 @@ async def test_kill_9_delivers_link_lost_and_fails_asks_at_once_then_reconnects(
     node.system.spawn(watcher, "/watcher")
     node.system.watch(watcher.ref, node.ref("peer/echo"))
     node.system.watch(watcher.ref, node.ref("peer/counter"))
-    await node.ask("peer/echo", Ping(0))  # the watches are registered by the time this returns
+    await node.ask("peer/echo", Probe(0))  # the watches are registered by the time this returns
     in_flight = asyncio.create_task(node.ask("peer/echo", Sleep(60), timeout=120))
     await asyncio.sleep(0.2)
 
@@ -88,12 +88,12 @@ async def test_kill_9_delivers_link_lost_and_fails_asks_at_once_then_reconnects(
     downs = {await asyncio.wait_for(watcher.downs.get(), 10) for _ in range(2)}
     assert downs == {Down("peer/echo", "link_lost"), Down("peer/counter", "link_lost")}
     with pytest.raises(ActorDown, match="unreachable"):
-        await node.ask("peer/echo", Ping(1), timeout=120)
+        await node.ask("peer/echo", Probe(1), timeout=120)
     await _wait_link(node, "peer", "reconnecting")
 
     await peer_process("peer", port=port)
     await asyncio.wait_for(_wait_link(node, "peer"), 30)
-    assert (await node.ask("peer/echo", Ping(2))).n == 2
+    assert (await node.ask("peer/echo", Probe(2))).n == 2
 
 
 async def test_two_child_processes_talk_directly(make_node: NodeFactory, peer_process: PeerFactory) -> None:
@@ -102,10 +102,10 @@ async def test_two_child_processes_talk_directly(make_node: NodeFactory, peer_pr
     await peer_process("second", connect=parent.url)
     await asyncio.wait_for(_wait_link(parent, "second"), 10)
     # first learned second's URL from the parent and links to it on demand; the reply comes back.
-    got = await parent.ask("first/relay", Forward("second/echo", Ping(3)))
-    assert got == Ping(3)
-    got = await parent.ask("second/relay", Forward("first/echo", Ping(4)))
-    assert got == Ping(4)
+    got = await parent.ask("first/relay", Forward("second/echo", Probe(3)))
+    assert got == Probe(3)
+    got = await parent.ask("second/relay", Forward("first/echo", Probe(4)))
+    assert got == Probe(4)
     assert first.proc.poll() is None
 
 
@@ -116,7 +116,7 @@ async def test_a_frozen_peer_is_dropped_by_the_heartbeat(make_node: NodeFactory,
     watcher = Watcher()
     node.system.spawn(watcher, "/watcher")
     node.system.watch(watcher.ref, node.ref("peer/echo"))
-    await node.ask("peer/echo", Ping(0))
+    await node.ask("peer/echo", Probe(0))
     os.kill(peer.proc.pid, signal.SIGSTOP)  # the socket stays open; only the missing pongs tell
     try:
         assert await asyncio.wait_for(watcher.downs.get(), 30) == Down("peer/echo", "link_lost")

@@ -10,7 +10,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from peer_node import Forward, Ping, Total
+from peer_node import Forward, Probe, Total
 
 from five_actors.errors import ActorDown, RemoteError, UnknownMessageType, WireError
 from five_actors.runtime import wire
@@ -32,6 +32,8 @@ def test_message_with_arrays_round_trips_and_arrays_view_the_frame() -> None:
         np.zeros((0, 5), dtype=np.int64),
         np.arange(6, dtype=np.uint8)[::2],  # not contiguous: sent as a contiguous copy
         np.array(3.5 + 1j, dtype=np.complex128),
+        np.arange(5, dtype=">f4"),  # big-endian: the dtype string keeps the byte order
+        np.arange(6, dtype=np.float16).reshape(2, 3).T,
     ]
     frame = wire.encode("ask", to="n/echo", sender="m/me", id=7, body=Shapes((3, 4), arrays))
     env = wire.decode(frame)
@@ -45,9 +47,9 @@ def test_message_with_arrays_round_trips_and_arrays_view_the_frame() -> None:
 
 
 def test_nested_messages_torch_tensors_and_plain_replies() -> None:
-    frame = wire.encode("tell", to="n/relay", body=Forward("n/echo", Ping(3, torch.ones(2, 2))))
+    frame = wire.encode("tell", to="n/relay", body=Forward("n/echo", Probe(3, torch.ones(2, 2))))
     body = wire.decode(frame).body
-    assert isinstance(body.msg, Ping) and body.msg.n == 3
+    assert isinstance(body.msg, Probe) and body.msg.n == 3
     np.testing.assert_array_equal(body.msg.payload, np.ones((2, 2), dtype=np.float32))
     reply = wire.decode(wire.encode("reply", id=1, body={"a": [1, 2.5, "x", None], 3: b"raw"}))
     assert reply.type is None and reply.body == {"a": [1, 2.5, "x", None], 3: b"raw"}
@@ -63,10 +65,10 @@ def test_errors_travel_with_their_type() -> None:
 @pytest.mark.parametrize(
     ("body", "match"),
     [
-        (Ping(1, np.array([object()], dtype=object)), "dtype object"),
-        (Ping(1, np.zeros(2, dtype=[("a", "i4")])), "cannot send arrays of dtype"),
+        (Probe(1, np.array([object()], dtype=object)), "dtype object"),
+        (Probe(1, np.zeros(2, dtype=[("a", "i4")])), "cannot send arrays of dtype"),
         ({"x": object()}, "cannot send a value of type builtins.object"),
-        (Ping(1, torch.ones(2, dtype=torch.bfloat16)), "cannot send tensor of dtype torch.bfloat16"),
+        (Probe(1, torch.ones(2, dtype=torch.bfloat16)), "cannot send tensor of dtype torch.bfloat16"),
     ],
 )
 def test_encode_refuses_what_cannot_travel(body: object, match: str) -> None:
@@ -76,11 +78,11 @@ def test_encode_refuses_what_cannot_travel(body: object, match: str) -> None:
 
 def test_encode_refuses_a_frame_over_the_limit() -> None:
     with pytest.raises(WireError, match="over the limit of 1024 bytes"):
-        wire.encode("tell", to="n/a", body=Ping(1, np.zeros(1024, dtype=np.uint8)), max_bytes=1024)
+        wire.encode("tell", to="n/a", body=Probe(1, np.zeros(1024, dtype=np.uint8)), max_bytes=1024)
 
 
 def _envelope(**fields: object) -> bytes:
-    env = {"v": 1, "kind": "tell", "to": "n/a", "from": None, "id": None, "type": "Ping", "body": {"n": 1, "payload": None}}
+    env = {"v": 1, "kind": "tell", "to": "n/a", "from": None, "id": None, "type": "Probe", "body": {"n": 1, "payload": None}}
     env.update(fields)
     return msgpack.packb(env, use_bin_type=True)
 
@@ -102,7 +104,7 @@ BAD_FRAMES = {
     "ask without id": (_envelope(kind="ask"), "ask frame needs an 'id'"),
     "id not an integer": (_envelope(id="7"), "'id' must be an integer"),
     "fields do not match": (_envelope(body={"n": 1, "colour": 2}), "missing \\['payload'\\], unexpected \\['colour'\\]"),
-    "body not a map": (_envelope(body=[1]), "Ping body must be a map"),
+    "body not a map": (_envelope(body=[1]), "Probe body must be a map"),
     "array larger than its data": (_envelope(body={"n": 1, "payload": _array_ext("<f4", (1000,), b"\0" * 16)}), "carries 16 bytes"),
     "object dtype": (_envelope(body={"n": 1, "payload": _array_ext("|O", (2,), b"\0" * 16)}), "kind 'O'"),
     "void dtype": (_envelope(body={"n": 1, "payload": _array_ext("|V8", (2,), b"\0" * 16)}), "kind 'V'"),
@@ -134,7 +136,7 @@ def test_limits_on_frame_size_and_array_count() -> None:
 
 
 def test_a_batch_of_frames_decodes_in_order_and_stops_at_a_bad_one() -> None:
-    good = [wire.encode("tell", to="n/a", body=Ping(i)) for i in range(3)]
+    good = [wire.encode("tell", to="n/a", body=Probe(i)) for i in range(3)]
     items = list(wire.decode_batch(b"".join(good)))
     assert [item.body.n for item in items] == [0, 1, 2]  # type: ignore[union-attr]
     items = list(wire.decode_batch(good[0] + _envelope(kind="ask", id=5, type="Nope") + good[1]))
@@ -150,8 +152,8 @@ def test_peek_id_finds_the_request_id_of_an_undecodable_ask() -> None:
 
 
 VALID = [
-    wire.encode("ask", to="n/echo", id=3, body=Ping(1, np.arange(4, dtype=np.float64))),
-    wire.encode("tell", to="n/relay", body=Forward("n/echo", Ping(2))),
+    wire.encode("ask", to="n/echo", id=3, body=Probe(1, np.arange(4, dtype=np.float64))),
+    wire.encode("tell", to="n/relay", body=Forward("n/echo", Probe(2))),
     wire.encode("reply", id=9, body={"k": [1, 2, {"x": np.ones((2, 2), dtype=np.int16)}]}),
     wire.encode("down", id=4, sender="n/a", body="link_lost"),
     wire.encode("hello", body={"node": "n", "url": "ws://127.0.0.1:1", "known": {}}),

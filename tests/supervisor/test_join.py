@@ -35,8 +35,9 @@ def test_a_joined_host_runs_the_subtree_the_head_assigns(tmp_path: Path) -> None
         status, body = wait_until(lambda: get(f"{url}/health"), what="/health answers")
         assert status == 503 and any("worker-host" in p for p in body["problems"])  # no host has joined yet
 
-        host = Proc(["join", f"ws://127.0.0.1:{port}", "--token-file", str(run_dir / "token"), "--name", "worker-host",
-                     "--run-dir", str(tmp_path / "host-run")], tmp_path, "host")  # fmt: skip
+        join_args = ["join", f"ws://127.0.0.1:{port}", "--token-file", str(run_dir / "token"), "--name", "worker-host",
+                     "--run-dir", str(tmp_path / "host-run")]  # fmt: skip
+        host = Proc(join_args, tmp_path, "host")
         wait_until(lambda: get(f"{url}/health")[0] == 200, what="/health 200 once the host joined")
         view = wait_until(
             lambda: (v := get(f"{url}/actors")[1]) and actor(v, "/root/worker-host/pinger")["status"]["progress"]["pings"] > 0 and v,
@@ -46,6 +47,16 @@ def test_a_joined_host_runs_the_subtree_the_head_assigns(tmp_path: Path) -> None
         assert actor(view, "/root/worker-host/pinger")["pid"] != actor(view, "/root/ponger")["pid"]
         assert {n["node"] for n in view["nodes"]} == {"head", "worker-host"}
         assert [e["host"] for e in log_events(run_dir, "host_joined")] == ["worker-host"]
+
+        # The host dies: the head sees its link go, and restarts the child once a host joins again.
+        host.kill()
+        wait_until(lambda: get(f"{url}/health")[0] == 503, what="/health 503 without the host")
+        host = Proc(join_args, tmp_path, "host2")
+        row = wait_until(
+            lambda: (a := actor(get(f"{url}/actors")[1], "/root/worker-host"))["state"] == "running" and a, what="the host child back"
+        )
+        assert row["restarts"] == 1 and row["last_error"] == "link_lost"
+        wait_until(lambda: get(f"{url}/health")[0] == 200, what="/health 200 again")
 
         assert head.terminate() == 0, head.err
         assert host.terminate() == 0, host.err

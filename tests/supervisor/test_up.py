@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
@@ -104,6 +105,9 @@ def test_health_command_prints_the_tree(pingpong: Head) -> None:
     shown = subprocess.run([sys.executable, "-m", "five_actors", "health", "--url", pingpong.url], cwd=REPO, capture_output=True, text=True)
     assert shown.returncode == 0, shown.stderr
     assert "/root/pinger" in shown.stdout and "/root/ponger" in shown.stdout and "health: ok" in shown.stdout
+    shown = subprocess.run([sys.executable, "-m", "five_actors", "health", "--url", pingpong.url, "--json"], cwd=REPO, capture_output=True, text=True)
+    body = json.loads(shown.stdout)
+    assert body["health"]["status"] == "ok" and {"/root/pinger", "/root/ponger"} <= {a["path"] for a in body["actors"]}
 
 
 def test_sigterm_stops_children_in_reverse_and_exits_0(pingpong: Head) -> None:

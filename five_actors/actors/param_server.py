@@ -106,13 +106,17 @@ class ParamServerActor(Actor):
         self.spec = model_spec(config)
         saved = None if self.store is None else await asyncio.to_thread(self.store.load_latest)
         if saved is None:
-            self.versions[0] = state_arrays(initial_policy(self.spec, self.training.seed))
+            policy = await asyncio.to_thread(initial_policy, self.spec, self.training.seed)
+            self.versions[0] = state_arrays(policy)
         else:
             self._restore(saved)
+            assert self.store is not None
+            policy = self.store.model_for(self.spec)[0]  # built while reading the checkpoint
         self.arch = self.spec.hash
-        self._template = template(Policy(self.spec))
+        self._template = template(policy)
         if self.store is not None:
-            await asyncio.to_thread(self.store.model_for, self.spec)
+            # Checkpoints pass arrays through this policy and an Adam over it: built now, not in the first save.
+            await asyncio.to_thread(self.store.model_for, self.spec, policy)
 
     def _restore(self, saved: Any) -> None:
         """Continue from a checkpoint: counter, parameters, optimizer moments, the pool with its q values."""

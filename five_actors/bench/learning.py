@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -184,5 +185,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "worker":
         asyncio.run(run_worker(json.loads(sys.argv[2])))
+        sys.stdout.flush()
+        # The results are written. A learner whose last round timed out may leave its torch thread inside
+        # a gloo collective, and interpreter teardown would then abort: skip it.
+        os._exit(0)
     else:
         sys.exit("usage: python -m five_actors.bench.learning worker JOB_JSON")

@@ -143,6 +143,10 @@ class LearnerActor(Actor):
         self.config, self.training = config, config.training
         self.log = log.bind(actor=self.ref.path, rank=self.rank)
         self.device = torch.device(self._device_arg or os.environ.get(DEVICE_ENV) or config.model.device)
+        if self.device.type == "cpu" and self.training.learner_torch_threads:
+            # Several learners (and game processes) on the same cores: spinning intra-op threads
+            # slow every step and stretch each allreduce to wait for the slowest rank.
+            torch.set_num_threads(self.training.learner_torch_threads)
         self.rng = np.random.default_rng(self.training.seed + 7919 * (self.rank + 1))
         self.buffer = ExperienceBuffer(self.training.buffer_chunks, self.training.rollout_chunk_steps, self.training.reuse_window_s)
         self.thread = _TorchThread(f"learner-{self.rank}")

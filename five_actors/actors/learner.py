@@ -185,7 +185,7 @@ class LearnerActor(Actor):
         self._grouped = True
 
     async def _starting_point(self, config: Config) -> dict[str, Any]:
-        """Rank 0: the ParamServer's latest version (with optimizer state when it matches), else version 0."""
+        """Rank 0: the ParamServer's latest version (with the newest optimizer state it holds), else version 0."""
         if not self.param_server:
             spec = model_spec(config)
             return {"spec": spec.to_dict(), "version": 0, "learner_steps": 0, "optimizer": None,
@@ -203,7 +203,10 @@ class LearnerActor(Actor):
                     raise
                 self.log.info("param_server_unavailable", param_server=self.param_server, reason=str(exc))
                 await asyncio.sleep(0.5)
-        matches = optimizer.version == params.version and optimizer.arch == params.arch
+        # Moments from a few versions back still beat zeros (Adam would restart its bias correction).
+        matches = optimizer.version >= 0 and optimizer.arch == params.arch
+        if matches and optimizer.version != params.version:
+            self.log.info("optimizer_state_older", optimizer_version=optimizer.version, params_version=params.version)
         return {"spec": params.spec, "version": params.version, "learner_steps": int(stats.get("learner_steps", 0)),
                 "state": params.state, "optimizer": optimizer.state if matches else None}  # fmt: skip
 
@@ -232,7 +235,7 @@ class LearnerActor(Actor):
         try:
             batch = check_rollout(msg, self.spec, self.training.rollout_chunk_steps)
         except TrainingError as exc:
-            batch = getattr(msg.versions, "shape", (1,))[0] if getattr(msg.versions, "ndim", 0) == 1 else 1
+            batch = msg.versions.shape[0] if isinstance(msg.versions, np.ndarray) and msg.versions.ndim == 1 else 1
             self.buffer.refused(batch)
             self.log.warning("rollout_refused", source=msg.source, reason=str(exc), refused=self.buffer.counters.refused)
             return

@@ -128,7 +128,7 @@ class ParamServerActor(Actor):
         self.learner_steps = saved.counters.get("learner_steps", 0)
         self.versions[saved.version] = saved.state
         if saved.optimizer:
-            self.optimizer = (saved.version, saved.optimizer)
+            self.optimizer = (saved.counters.get("optimizer_version", saved.version), saved.optimizer)
         pool_data = self.store.load_pool()
         if pool_data is not None:
             self.pool = OpponentPool.from_dict(pool_data.get("pool", {}), self.training.pool_eta)
@@ -262,8 +262,9 @@ class ParamServerActor(Actor):
         async with self._lock:
             version, state = self.version, self.versions[self.version]
             optimizer = self.optimizer[1] if self.optimizer is not None else None
+            counters = {"learner_steps": self.learner_steps, "optimizer_version": self.optimizer[0] if self.optimizer is not None else -1}
             started = time.perf_counter()
-            path = await asyncio.to_thread(self.store.save, version, self.spec, state, optimizer, {"learner_steps": self.learner_steps})
+            path = await asyncio.to_thread(self.store.save, version, self.spec, state, optimizer, counters)
             await asyncio.to_thread(self.store.save_pool, {"latest": version, "arch": self.arch, "pool": self.pool.to_dict()})
             pruned = await asyncio.to_thread(self.store.prune, self.training.keep_checkpoints, set(self.pool.versions))
             self.last_checkpoint = version

@@ -126,3 +126,56 @@ def test_sigterm_stops_cleanly_logs_replay_and_resume_continues(run: Run, tmp_pa
         assert again.proc.terminate(timeout=120) == 0, again.proc.err
     finally:
         again.proc.kill()
+
+
+REMOTE = """
+[[tree.children]]
+id = "remote"
+kind = "supervisor"
+max_restarts = 100
+max_seconds = 60.0
+backoff = 0.5
+
+[[tree.children.children]]
+id = "worker"
+kind = "host"
+start_timeout = 3600.0
+
+[[tree.children.children.children]]
+id = "game-1"
+kind = "actor"
+actor = "five_actors.actors.game:GameActor"
+args = { inference = "head.root.inference/root/inference", learners = ["head.root.learners.learner-0/root/learners/learner-0"], params = "head/root/params" }
+"""
+
+
+def test_a_joined_host_plays_games_and_its_loss_is_reported_while_training_goes_on(tmp_path: Path) -> None:
+    config = tmp_path / "cluster.toml"
+    config.write_text((REPO / "five_actors" / "conf" / "smoke.toml").read_text() + REMOTE)
+    run_dir = tmp_path / "run"
+    head = start(["--config", str(config), "--run-dir", str(run_dir)], tmp_path, "head", run_dir)
+    join = ["join", head.url.replace("http://", "ws://"), "--token-file", str(run_dir / "token"), "--name", "worker"]
+    host = None
+    try:
+        wait_until(lambda: (run_dir / "token").is_file(), what="the token file")
+        host = Proc([*join, "--run-dir", str(tmp_path / "host-1")], tmp_path, "host-1")
+        game = "/root/remote/worker/game-1"
+        wait_until(lambda: (_metric(head.view(), game, "game_chunks_sent") or 0) > 0, timeout=START, what="the worker's game actor shipping chunks")
+        wait_until(lambda: get(f"{head.url}/health")[0] == 200, timeout=START, what="/health 200 with the worker")
+        assert actor(head.view(), game)["node"] == "worker"
+
+        host.proc.kill()  # the host disappears
+        host.proc.wait()
+        status, body = wait_until(lambda: (r := get(f"{head.url}/health"))[0] == 503 and r, timeout=60, what="the lost host in /health")
+        assert any("/root/remote/worker" in p for p in body["problems"]), body
+        version = _version(head.url)
+        wait_until(lambda: _version(head.url) > version + 1, timeout=START, what="training going on without the host")
+
+        host = Proc([*join, "--run-dir", str(tmp_path / "host-2")], tmp_path, "host-2")  # it comes back
+        wait_until(lambda: get(f"{head.url}/health")[0] == 200, timeout=START, what="/health 200 after the host rejoined")
+        assert actor(head.view(), "/root/remote/worker")["restarts"] >= 1
+        assert head.proc.terminate(timeout=120) == 0, head.proc.err
+    finally:
+        head.proc.kill()
+        if host is not None:
+            host.kill()

@@ -105,7 +105,9 @@ class GameActor(Actor):
         self.match_results = 0
         self.reward_totals: dict[str, float] = {}
         self.buffer: list[_StepRecord] = []
-        self.learner_up = {address: False for address in self.learner_addresses}
+        # Learners count as up until a watch says otherwise, so the first chunks are not lost
+        # while the first watches are being set up.
+        self.learner_up = {address: True for address in self.learner_addresses}
         self._next_learner = 0
         self._next_inference = 0
 
@@ -315,8 +317,9 @@ class GameActor(Actor):
                     async with asyncio.timeout(LEARNER_GRACE_S):
                         reason = await gone
                 except TimeoutError:
-                    self.learner_up[address] = True
-                    self.log.info("learner_up", learner=address)
+                    if not self.learner_up[address]:
+                        self.learner_up[address] = True
+                        self.log.info("learner_up", learner=address)
                     reason = await gone
             finally:
                 unwatch()

@@ -195,13 +195,15 @@ async def test_a_restarted_param_server_resumes_counter_params_optimizer_and_poo
 # -- the learners -----------------------------------------------------------------------------
 
 
-def test_two_learner_processes_average_gradients_and_end_with_identical_parameters(tmp_path: Path) -> None:
+def test_two_learner_processes_average_gradients_end_with_identical_parameters_and_stop_together(tmp_path: Path) -> None:
     training = {"minibatch_chunks": 4, "buffer_chunks": 8, "max_sample_reuse": 1.0}
     port = free_port()
+    # Rank 0 is stopped after its step; rank 1 would wait for fresh chunks for a minute, but leaves with it.
     jobs = [{"rank": r, "world_size": 2, "port": port, "training": training, "chunks": 4, "rollout_seeds": [100 + r],
-             "steps": 1, "seconds": 60} for r in range(2)]  # fmt: skip
+             "steps": 1 if r == 0 else 1000, "seconds": 60} for r in range(2)]  # fmt: skip
     rank0, rank1 = run_world(jobs, tmp_path)
     assert rank0["stats"]["steps"] == rank1["stats"]["steps"] == 1
+    assert not rank1["alive"] and rank1["elapsed_s"] < 50
     for name in rank0["params"]:
         np.testing.assert_array_equal(rank0["params"][name], rank1["params"][name], err_msg=name)
 

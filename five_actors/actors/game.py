@@ -137,8 +137,9 @@ class GameActor(Actor):
 
     async def _play(self) -> None:
         game = self.game
-        # Game calls run off the event loop: the first ones of a process may compile numba
-        # kernels for many seconds, and meanwhile links need their heartbeats and GetStats an answer.
+        # The first game calls of a process may compile numba kernels for many seconds: they run
+        # off the event loop, as links need their heartbeats meanwhile. Later steps take about a
+        # millisecond, less than a thread hand-off costs on a busy machine.
         obs, masks = await asyncio.to_thread(game.reset, self.seed)
         rows, lstm = game.num_rows, self.spec.lstm_size
         h = np.zeros((rows, lstm), np.float32)
@@ -150,7 +151,7 @@ class GameActor(Actor):
             latest = self._row_versions() == LATEST
             reply = await self._infer(obs, masks, h, c)
             actions = np.array(reply.actions)  # writable: a read-only array would make numba compile the kernel again
-            step = await asyncio.to_thread(game.step, actions)
+            step = await asyncio.to_thread(game.step, actions) if self.batch_steps == 0 else game.step(actions)
             self.buffer.append(_StepRecord(
                 obs, masks, h, c, actions, np.asarray(reply.logp), np.asarray(reply.value),
                 step.rewards, step.dones, starts, np.asarray(reply.versions), latest,

@@ -71,11 +71,20 @@ class SyncTrainer:
         self._starts = torch.ones(len(self._index), dtype=torch.bool, device=policy.device)
         self._episode_return = np.zeros(rows, np.float64)
 
-    def train(self, total_steps: int, report: Callable[[Progress], None] | None = None) -> Progress:
-        """Run until `total_steps` environment steps, calling `report` after every update."""
+    def train(
+        self,
+        total_steps: int,
+        report: Callable[[Progress], None] | None = None,
+        max_seconds: float | None = None,
+        stop_when: Callable[[Progress], bool] | None = None,
+    ) -> Progress:
+        """Run until `total_steps` environment steps, `max_seconds` of wall time, or `stop_when(progress)`.
+
+        `report` is called after every update.
+        """
         started = time.perf_counter()
         progress = Progress(0, 0.0, 0, 0, None, None)
-        while self.steps < total_steps:
+        while self.steps < total_steps and (max_seconds is None or progress.wall_s < max_seconds):
             if self.config.anneal_learning_rate:
                 self.ppo.set_learning_rate(self.config.learning_rate * max(0.0, 1.0 - self.steps / total_steps))
             stats = self.ppo.update(self.collect())
@@ -90,6 +99,8 @@ class SyncTrainer:
             )
             if report is not None:
                 report(progress)
+            if stop_when is not None and stop_when(progress):
+                break
         return progress
 
     def collect(self) -> Chunks:

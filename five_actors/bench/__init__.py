@@ -10,5 +10,7 @@ BENCHMARKS: dict[str, str] = {
     "rollout": "five_actors.bench.rollout",
     "supervisor": "five_actors.bench.supervisor",
     "system": "five_actors.bench.system",
+    "learn": "five_actors.bench.learn",
+    "policy": "five_actors.bench.policy",
 }
 """Benchmark name -> module path."""

@@ -44,8 +44,8 @@ class PPOConfig:
     """Adam's second-moment decay."""
     adam_eps: float = 1e-5
     """Adam's denominator epsilon."""
-    horizon_seconds: float = 2.0
-    """Reward horizon H in game seconds; gamma = 1 - T/H with T the env's seconds per step (paper: 180)."""
+    horizon_seconds: float = 30.0
+    """Reward horizon H in game seconds; gamma = 1 - T/H with T the env's seconds per step (paper: 180, later 360)."""
     gae_lambda: float = 0.95
     """GAE lambda."""
     clip: float = 0.2

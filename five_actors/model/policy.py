@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -247,8 +246,3 @@ def _choose(logits: Tensor, deterministic: bool) -> Tensor:
 def _logp_entropy(logits: Tensor, choice: Tensor) -> tuple[Tensor, Tensor]:
     log_probs = torch.log_softmax(logits, dim=-1)
     return log_probs.gather(-1, choice.unsqueeze(-1)).squeeze(-1), -(log_probs.exp() * log_probs).sum(-1)
-
-
-def to_numpy_actions(out: ActOutput) -> np.ndarray:
-    """The chosen actions as the int64 numpy array a BatchEnv steps with."""
-    return out.actions.cpu().numpy()

@@ -1,0 +1,89 @@
+"""Forward and update throughput (rows/s) of the default policy on the lane game's layout.
+
+Forward: `Policy.act` on `--rows` rows (checks, sampling and value included). Update: one PPO
+minibatch step (16-step BPTT, backward, per-parameter clipping, Adam) on `--chunks` chunks.
+Inputs are real lane-game observations and masks. One torch thread unless `--threads`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from five_actors.config import Config, apply_override, from_mapping
+from five_actors.game.env import LaneGame
+from five_actors.model.policy import Policy
+from five_actors.model.ppo import PPO, Chunks
+from five_actors.model.spec import ModelSpec
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The benchmark's options."""
+    parser.add_argument("--rows", type=int, default=320, help="rows per forward pass (64 games x 5 heroes = 320)")
+    parser.add_argument("--chunks", type=int, default=64, help="16-step chunks per update minibatch")
+    parser.add_argument("--seconds", type=float, default=5.0, help="time spent measuring each of forward and update")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override (model.*, ppo.*)")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Measure and report rows/s for acting and for learning."""
+    torch.set_num_threads(args.threads)
+    tree: dict[str, Any] = {}
+    for assignment in args.overrides:
+        apply_override(tree, assignment)
+    config = from_mapping(Config, tree)
+    game = LaneGame(dataclasses.replace(config.game, games_per_batch=max(1, args.rows // 10)))
+    obs, masks = game.reset(0)
+    obs, masks = obs[: args.rows], {k: v[: args.rows] for k, v in masks.items()}
+    policy = Policy(ModelSpec.build(game.obs_spec, game.action_spec, config.model)).to(config.model.device)
+    state = policy.initial_state(len(obs))
+    forward_calls, forward_s = _timed(lambda: policy.act(obs, masks, state), args.seconds)
+
+    steps = config.ppo.chunk_steps
+    pick = np.random.default_rng(0).integers(0, len(obs), (steps, args.chunks))
+    device = policy.device
+    out = policy.act(obs[pick.reshape(-1)], {k: v[pick.reshape(-1)] for k, v in masks.items()}, policy.initial_state(pick.size))
+    shape = lambda x: x.reshape(steps, args.chunks, *x.shape[1:])  # noqa: E731
+    zeros = torch.zeros(steps, args.chunks, device=device)
+    batch = Chunks(
+        obs=torch.as_tensor(obs[pick], device=device),
+        masks={k: torch.as_tensor(v[pick], device=device) for k, v in masks.items()},
+        actions=shape(out.actions), logp=shape(out.logp), values=shape(out.value), rewards=zeros,
+        dones=zeros.bool(), starts=zeros.bool(), advantages=torch.randn(steps, args.chunks, device=device),
+        returns=torch.randn(steps, args.chunks, device=device), state=policy.initial_state(args.chunks),
+    )
+    ppo = PPO(policy, config.ppo)
+    update_calls, update_s = _timed(lambda: ppo.step(batch), args.seconds)
+    return {
+        "benchmark": "policy",
+        "device": str(device),
+        "threads": args.threads,
+        "spec_hash": policy.spec.hash,
+        "parameters": sum(p.numel() for p in policy.parameters()),
+        "obs_size": policy.spec.obs.size,
+        "lstm_size": policy.spec.lstm_size,
+        "forward_rows": len(obs),
+        "forward_ms": round(1000 * forward_s / forward_calls, 3),
+        "forward_rows_per_s": round(len(obs) * forward_calls / forward_s, 1),
+        "update_rows": steps * args.chunks,
+        "update_ms": round(1000 * update_s / update_calls, 3),
+        "update_rows_per_s": round(steps * args.chunks * update_calls / update_s, 1),
+    }
+
+
+def _timed(work: Any, seconds: float) -> tuple[int, float]:
+    """Calls made and seconds taken by calling `work` repeatedly for about `seconds` (after a warm-up call)."""
+    work()
+    calls, started = 0, time.perf_counter()
+    while True:
+        work()
+        calls += 1
+        elapsed = time.perf_counter() - started
+        if elapsed >= seconds:
+            return calls, elapsed

@@ -1,0 +1,24 @@
+"""The synchronous baseline learns: a short CartPole run improves the return a lot."""
+
+import torch
+
+from five_actors.game.gymnasium_env import GymBatchEnv
+from five_actors.model.baseline import Progress, SyncTrainer
+from five_actors.model.config import ModelConfig, PPOConfig
+from five_actors.model.policy import Policy
+from five_actors.model.spec import ModelSpec
+
+
+def test_a_short_cartpole_run_improves_the_return() -> None:
+    torch.manual_seed(0)
+    torch.set_num_threads(1)  # a small model on a shared machine: more threads only contend
+    env = GymBatchEnv("CartPole-v1", 8, seed=0)
+    policy = Policy(ModelSpec.build(env.obs_spec, env.action_spec, ModelConfig(lstm_size=32)))
+    config = PPOConfig(learning_rate=1e-3, horizon_seconds=2.0)  # gamma 0.99 at 50 steps/s
+    trainer = SyncTrainer(env, policy, config, config.gamma(env.seconds_per_step))
+    reports: list[Progress] = []
+    trainer.train(25_000, reports.append)
+    first, last = reports[0], reports[-1]
+    assert last.steps >= 25_000 and last.updates == len(reports) * config.epochs * config.minibatches
+    assert first.mean_return is not None and first.mean_return < 40  # random play
+    assert last.mean_return is not None and last.mean_return > 150, [r.mean_return for r in reports]

@@ -1,0 +1,183 @@
+"""The policy: legal sampling, masked log-probs, BPTT equivalence, state resets, bad input."""
+
+import numpy as np
+import pytest
+import torch
+
+from five_actors.errors import ModelError
+from five_actors.model.normalizer import RunningNorm
+from five_actors.model.policy import Policy
+from five_actors.model.spec import ModelSpec
+
+from conftest import make_spec, random_inputs
+
+
+def test_sampling_never_picks_an_illegal_action(policy: Policy, spec: ModelSpec) -> None:
+    rng = np.random.default_rng(1)
+    obs, masks = random_inputs(spec, 3000, rng)
+    out = policy.act(obs, masks, policy.initial_state(3000))
+    actions = out.actions.numpy()
+    rows = np.arange(3000)
+    assert masks["type"][rows, actions[:, 0]].all()
+    uses = spec.actions.uses_array()
+    for j, head in enumerate(spec.actions.heads):
+        used = uses[actions[:, 0], j]
+        assert masks[head.name][rows, actions[:, 0], actions[:, 1 + j]][used].all()
+        assert (actions[~used, 1 + j] == 0).all()
+    assert len(np.unique(actions[:, 0])) == len(spec.actions.types)
+
+
+def test_deterministic_act_takes_the_most_likely_legal_type(policy: Policy, spec: ModelSpec) -> None:
+    obs, masks = random_inputs(spec, 64, np.random.default_rng(2))
+    masks["type"][:] = False
+    masks["type"][:, 2] = True
+    out = policy.act(obs, masks, policy.initial_state(64), deterministic=True)
+    assert (out.actions[:, 0] == 2).all()
+
+
+def test_log_prob_and_entropy_ignore_heads_the_type_does_not_use(policy: Policy, spec: ModelSpec) -> None:
+    obs, masks = random_inputs(spec, 32, np.random.default_rng(3))
+    masks["type"][:] = False
+    masks["type"][:, 1] = True  # "move": uses direction, not target
+    out = policy.act(obs, masks, policy.initial_state(32))
+    seq = lambda x: torch.as_tensor(x).unsqueeze(0)  # noqa: E731
+    masks_t = {k: seq(v) for k, v in masks.items()}
+    starts = torch.zeros(1, 32, dtype=torch.bool)
+    logp, entropy, _ = policy.evaluate(seq(obs), masks_t, out.actions.unsqueeze(0), starts, policy.initial_state(32))
+    (logp.sum() + entropy.sum()).backward()
+    target = policy.heads["target"]
+    assert all(p.grad is None or torch.count_nonzero(p.grad) == 0 for p in target.parameters())
+    assert torch.count_nonzero(policy.heads["direction"].weight.grad) > 0
+    changed = out.actions.clone()
+    changed[:, 2] = (changed[:, 2] + 1) % 5
+    again, _, _ = policy.evaluate(seq(obs), masks_t, changed.unsqueeze(0), starts, policy.initial_state(32))
+    torch.testing.assert_close(again, logp, rtol=0, atol=0)
+
+
+def test_log_prob_matches_the_product_of_the_used_heads(policy: Policy, spec: ModelSpec) -> None:
+    obs, masks = random_inputs(spec, 16, np.random.default_rng(4))
+    masks["type"][:] = False
+    masks["type"][:, 3] = True  # "cast" uses both heads
+    out = policy.act(obs, masks, policy.initial_state(16))
+    masks_t = {k: torch.as_tensor(v).unsqueeze(0) for k, v in masks.items()}
+    logp, entropy, _ = policy.evaluate(
+        torch.as_tensor(obs).unsqueeze(0), masks_t, out.actions.unsqueeze(0), torch.zeros(1, 16, dtype=torch.bool), policy.initial_state(16)
+    )
+    torch.testing.assert_close(logp[0], out.logp)
+    assert (entropy > 0).all()
+
+
+def _sequence(spec: ModelSpec, steps: int, rows: int, seed: int):
+    rng = np.random.default_rng(seed)
+    obs, masks = zip(*(random_inputs(spec, rows, rng) for _ in range(steps)))
+    obs_t = torch.as_tensor(np.stack(obs))
+    masks_t = {k: torch.as_tensor(np.stack([m[k] for m in masks])) for k in masks[0]}
+    return obs_t, masks_t
+
+
+def test_bptt_from_a_stored_state_equals_running_the_whole_sequence(policy: Policy, spec: ModelSpec) -> None:
+    obs, masks = _sequence(spec, 32, 4, seed=5)
+    state = policy.initial_state(4)
+    actions, states = [], []
+    for t in range(32):
+        states.append(state)
+        out = policy.act(obs[t], {k: v[t] for k, v in masks.items()}, state)
+        actions.append(out.actions)
+        state = out.state
+    actions_t = torch.stack(actions)
+    starts = torch.zeros(32, 4, dtype=torch.bool)
+    whole = policy.evaluate(obs, masks, actions_t, starts, policy.initial_state(4))
+    part = lambda x, a, b: x[a:b]  # noqa: E731
+    second = policy.evaluate(
+        part(obs, 16, 32), {k: part(v, 16, 32) for k, v in masks.items()}, part(actions_t, 16, 32), starts[16:], states[16]
+    )
+    for full, chunk in zip(whole, second):
+        torch.testing.assert_close(full[16:], chunk, rtol=1e-5, atol=1e-5)
+
+
+def test_a_done_inside_a_chunk_resets_the_state(policy: Policy, spec: ModelSpec) -> None:
+    obs, masks = _sequence(spec, 16, 3, seed=6)
+    actions = policy.act(obs.reshape(48, -1), {k: v.reshape(48, *v.shape[2:]) for k, v in masks.items()}, policy.initial_state(48)).actions
+    actions = actions.reshape(16, 3, -1)
+    starts = torch.zeros(16, 3, dtype=torch.bool)
+    starts[10] = True
+    h = torch.randn(3, spec.lstm_size)
+    logp, _, value = policy.evaluate(obs, masks, actions, starts, (h, torch.randn(3, spec.lstm_size)))
+    fresh_logp, _, fresh_value = policy.evaluate(
+        obs[10:], {k: v[10:] for k, v in masks.items()}, actions[10:], starts[10:], policy.initial_state(3)
+    )
+    torch.testing.assert_close(logp[10:], fresh_logp, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(value[10:], fresh_value, rtol=1e-6, atol=1e-6)
+    no_reset, _, _ = policy.evaluate(obs, masks, actions, torch.zeros(16, 3, dtype=torch.bool), (h, torch.randn(3, spec.lstm_size)))
+    assert not torch.allclose(no_reset[10:], fresh_logp)
+
+
+def test_absent_slots_do_not_change_the_output(policy: Policy, spec: ModelSpec) -> None:
+    obs, masks = random_inputs(spec, 8, np.random.default_rng(7))
+    start = spec.obs.offset("enemies")
+    obs[:, start : start + 12] = 0.0
+    obs[:, start] = 1.0  # only enemy slot 0 present
+    noisy = obs.copy()
+    noisy[:, start + 4 : start + 12] = np.random.default_rng(8).normal(size=(8, 8))
+    noisy[:, start + 4] = 0.0
+    noisy[:, start + 8] = 0.0
+    a = policy.act(obs, masks, policy.initial_state(8), deterministic=True)
+    b = policy.act(noisy, masks, policy.initial_state(8), deterministic=True)
+    torch.testing.assert_close(a.value, b.value)
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "message"),
+    [
+        (lambda o, m: o.__setitem__((3, 4), np.nan), r"observation enemies\[0\].dx of row 3 is nan"),
+        (lambda o, m: o.__setitem__((0, 0), np.inf), r"observation self\[0\].hp of row 0 is inf"),
+        (lambda o, m: m["type"].__setitem__(2, False), "all-masked head 'type' at row 2"),
+        (lambda o, m: m.pop("target"), r"masks have keys \['direction', 'type'\]"),
+    ],
+)
+def test_bad_input_is_refused_naming_the_field(policy: Policy, spec: ModelSpec, corrupt, message: str) -> None:
+    obs, masks = random_inputs(spec, 4, np.random.default_rng(9))
+    corrupt(obs, masks)
+    with pytest.raises(ModelError, match=message):
+        policy.act(obs, masks, policy.initial_state(4))
+
+
+def test_an_all_masked_secondary_head_needed_by_a_legal_type_is_refused(policy: Policy, spec: ModelSpec) -> None:
+    obs, masks = random_inputs(spec, 4, np.random.default_rng(10))
+    masks["type"][1] = [True, False, True, False]
+    masks["target"][1, 2] = False
+    with pytest.raises(ModelError, match="all-masked head 'target' at row 1: legal type 'attack'"):
+        policy.act(obs, masks, policy.initial_state(4))
+    masks["type"][1] = [True, False, False, False]  # attack no longer legal: fine
+    policy.act(obs, masks, policy.initial_state(4))
+
+
+def test_wrong_observation_width_is_refused(policy: Policy, spec: ModelSpec) -> None:
+    obs, masks = random_inputs(spec, 4, np.random.default_rng(11))
+    with pytest.raises(ModelError, match=rf"shape \(4, {spec.obs.size - 1}\), expected \[rows, {spec.obs.size}\]"):
+        policy.act(obs[:, 1:], masks, policy.initial_state(4))
+
+
+def test_running_norm_matches_the_batch_statistics_and_clips() -> None:
+    norm = RunningNorm(3)
+    data = np.random.default_rng(12).normal(loc=[1.0, -2.0, 10.0], scale=[0.5, 3.0, 0.01], size=(1000, 3))
+    for part in np.array_split(data, 7):
+        norm.update(torch.as_tensor(part))
+    np.testing.assert_allclose(norm.mean.numpy(), data.mean(0), rtol=1e-9)
+    np.testing.assert_allclose(norm.var.numpy(), data.var(0), rtol=1e-9)
+    out = norm(torch.tensor([[1.0, -2.0, 20.0]]))
+    assert out[0, 2] == 5.0 and abs(out[0, 0]) < 0.1
+
+
+def test_spec_hash_is_stable_and_names_the_architecture() -> None:
+    a, b = make_spec(), make_spec()
+    assert a.hash == b.hash and len(a.hash) == 16
+    assert ModelSpec.from_dict(a.to_dict()) == a
+    assert a.with_widths(lstm_size=32).hash != a.hash
+
+
+def test_pointer_head_size_must_match_its_blocks() -> None:
+    spec = make_spec()
+    heads = (spec.actions.heads[0], type(spec.actions.heads[1])("target", 4, ("enemies", "creeps")))
+    with pytest.raises(ModelError, match="pointer head 'target' has size 4 but its blocks hold 5 slots"):
+        ModelSpec(spec.obs, type(spec.actions)(spec.actions.types, heads, spec.actions.uses))

@@ -1,0 +1,101 @@
+"""PPO: GAE against a hand computation, chunking, gamma from a horizon, refusing bad updates."""
+
+import numpy as np
+import pytest
+import torch
+
+from five_actors.config import load_config
+from five_actors.errors import ConfigError, ModelError
+from five_actors.model.config import PPOConfig
+from five_actors.model.policy import Policy
+from five_actors.model.ppo import PPO, Chunks, chunk, gae
+from five_actors.model.spec import ModelSpec
+
+from conftest import random_inputs
+
+
+def test_gae_matches_a_hand_computed_example() -> None:
+    gamma, lam = 0.5, 0.5
+    rewards = torch.tensor([[1.0], [0.0], [2.0]])
+    values = torch.tensor([[0.5], [1.0], [0.0]])
+    dones = torch.tensor([[False], [True], [False]])
+    last_value = torch.tensor([4.0])
+    # t=2: delta = 2 + 0.5*4 - 0 = 4; adv = 4
+    # t=1: episode ends here: delta = 0 - 1 = -1; adv = -1 (nothing after a done)
+    # t=0: delta = 1 + 0.5*1.0 - 0.5 = 1; adv = 1 + 0.25 * (-1) = 0.75
+    advantages, returns = gae(rewards, values, dones, last_value, gamma, lam)
+    torch.testing.assert_close(advantages, torch.tensor([[0.75], [-1.0], [4.0]]))
+    torch.testing.assert_close(returns, torch.tensor([[1.25], [0.0], [4.0]]))
+
+
+def test_chunk_puts_chunk_k_of_row_n_at_column_k_times_rows_plus_n() -> None:
+    steps, rows = 8, 3
+    rollout = torch.arange(steps * rows).reshape(steps, rows)
+    chunks = chunk(rollout, 4)
+    assert chunks.shape == (4, 6)
+    assert chunks[:, 1 * rows + 2].tolist() == rollout[4:8, 2].tolist()
+    with pytest.raises(ModelError, match="does not split into chunks of 3"):
+        chunk(rollout, 3)
+
+
+def test_gamma_comes_from_the_horizon_in_seconds() -> None:
+    config = PPOConfig(horizon_seconds=180.0)
+    assert config.gamma(0.133) == pytest.approx(1 - 0.133 / 180)
+    with pytest.raises(ValueError, match="seconds_per_step"):
+        config.gamma(200.0)
+
+
+def test_ppo_config_is_validated_by_the_loader(tmp_path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text("[ppo]\nclip = -0.1\n")
+    with pytest.raises(ConfigError, match="ppo: clip must be positive"):
+        load_config(path)
+    path.write_text("[model]\nlstm_size = 4096\ndevice = 'cuda:1'\n")
+    config = load_config(path)
+    assert config.model.lstm_size == 4096 and config.ppo.chunk_steps == 16
+
+
+def _batch(spec: ModelSpec, policy: Policy, steps: int = 16, count: int = 6) -> Chunks:
+    rng = np.random.default_rng(0)
+    obs, masks = zip(*(random_inputs(spec, count, rng) for _ in range(steps)))
+    obs_t = torch.as_tensor(np.stack(obs))
+    masks_t = {k: torch.as_tensor(np.stack([m[k] for m in masks])) for k in masks[0]}
+    out = policy.act(obs_t.reshape(steps * count, -1), {k: v.reshape(steps * count, *v.shape[2:]) for k, v in masks_t.items()}, policy.initial_state(steps * count))
+    shape = lambda x: x.reshape(steps, count, *x.shape[1:])  # noqa: E731
+    rewards = torch.as_tensor(rng.normal(size=(steps, count)), dtype=torch.float32)
+    zeros = torch.zeros(steps, count, dtype=torch.bool)
+    values = shape(out.value)
+    advantages, returns = gae(rewards, values, zeros, torch.zeros(count), 0.99, 0.95)
+    return Chunks(obs_t, masks_t, shape(out.actions), shape(out.logp), values, rewards, zeros, zeros, advantages, returns, policy.initial_state(count))
+
+
+def test_an_update_moves_the_policy_and_its_first_ratio_is_one(policy: Policy, spec: ModelSpec) -> None:
+    ppo = PPO(policy, PPOConfig(epochs=1, minibatches=1))
+    batch = _batch(spec, policy)
+    _, stats = ppo.loss(batch)
+    assert stats["approx_kl"] == pytest.approx(0.0, abs=1e-6) and stats["clip_fraction"] == 0.0
+    before = [p.detach().clone() for p in policy.parameters()]
+    ppo.update(batch)
+    assert any(not torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+    assert policy.norms["enemies"].count > 0 and ppo.updates == 1
+
+
+def test_nan_in_a_loss_term_skips_the_update_and_names_the_term(policy: Policy, spec: ModelSpec) -> None:
+    ppo = PPO(policy, PPOConfig(epochs=1, minibatches=1))
+    batch = _batch(spec, policy)
+    with torch.no_grad():
+        policy.value_head.bias.fill_(float("nan"))
+    before = [p.detach().clone() for p in policy.parameters()]
+    with pytest.raises(ModelError, match="loss term 'value' is nan: update skipped"):
+        ppo.update(batch)
+    assert all(torch.equal(a, b) or torch.isnan(a).any() for a, b in zip(before, policy.parameters()))
+    assert ppo.updates == 0
+
+
+def test_a_batch_with_nan_rewards_is_refused(policy: Policy, spec: ModelSpec) -> None:
+    ppo = PPO(policy, PPOConfig())
+    batch = _batch(spec, policy)
+    batch.advantages[3, 2] = float("inf")
+    with pytest.raises(ModelError, match="advantages of the batch hold NaN or inf"):
+        ppo.update(batch)
+    assert ppo.updates == 0

@@ -30,6 +30,8 @@ class TrainingConfig:
     """...or once the oldest waiting request is this old."""
     inference_torch_threads: int = 1
     """Torch intra-op threads of an InferenceActor's process on the CPU (0: torch's default; small batches run best on 1)."""
+    learner_torch_threads: int = 1
+    """Torch intra-op threads of a LearnerActor's process on the CPU (0: torch's default; learners sharing cores run best on 1)."""
     inference_cache_versions: int = 4
     """Past policy versions an InferenceActor keeps in memory (LRU) for opponent rows."""
     infer_timeout_s: float = 10.0
@@ -73,7 +75,8 @@ class TrainingConfig:
         for name in at_least_one:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("gae_window", "max_staleness", "eval_past_versions", "inference_deadline_ms", "inference_torch_threads"):
+        for name in ("gae_window", "max_staleness", "eval_past_versions", "inference_deadline_ms", "inference_torch_threads",
+                     "learner_torch_threads"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.past_opponent_share <= 1.0:

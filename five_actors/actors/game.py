@@ -105,7 +105,9 @@ class GameActor(Actor):
         self.match_results = 0
         self.reward_totals: dict[str, float] = {}
         self.buffer: list[_StepRecord] = []
-        self.learner_up = {address: False for address in self.learner_addresses}
+        # Learners count as up until a watch says otherwise, so the first chunks are not lost
+        # while the first watches are being set up.
+        self.learner_up = {address: True for address in self.learner_addresses}
         self._next_learner = 0
         self._next_inference = 0
 
@@ -135,8 +137,9 @@ class GameActor(Actor):
 
     async def _play(self) -> None:
         game = self.game
-        # Game calls run off the event loop: the first ones of a process may compile numba
-        # kernels for many seconds, and meanwhile links need their heartbeats and GetStats an answer.
+        # The first game calls of a process may compile numba kernels for many seconds: they run
+        # off the event loop, as links need their heartbeats meanwhile. Later steps take about a
+        # millisecond, less than a thread hand-off costs on a busy machine.
         obs, masks = await asyncio.to_thread(game.reset, self.seed)
         rows, lstm = game.num_rows, self.spec.lstm_size
         h = np.zeros((rows, lstm), np.float32)
@@ -148,7 +151,7 @@ class GameActor(Actor):
             latest = self._row_versions() == LATEST
             reply = await self._infer(obs, masks, h, c)
             actions = np.array(reply.actions)  # writable: a read-only array would make numba compile the kernel again
-            step = await asyncio.to_thread(game.step, actions)
+            step = await asyncio.to_thread(game.step, actions) if self.batch_steps == 0 else game.step(actions)
             self.buffer.append(_StepRecord(
                 obs, masks, h, c, actions, np.asarray(reply.logp), np.asarray(reply.value),
                 step.rewards, step.dones, starts, np.asarray(reply.versions), latest,
@@ -315,8 +318,9 @@ class GameActor(Actor):
                     async with asyncio.timeout(LEARNER_GRACE_S):
                         reason = await gone
                 except TimeoutError:
-                    self.learner_up[address] = True
-                    self.log.info("learner_up", learner=address)
+                    if not self.learner_up[address]:
+                        self.learner_up[address] = True
+                        self.log.info("learner_up", learner=address)
                     reason = await gone
             finally:
                 unwatch()

@@ -40,6 +40,9 @@ LATEST = -1
 PARAMS_TIMEOUT_S = 30.0
 """How long a GetParams to the ParamServer may take (a big model is many megabytes)."""
 
+PAST_PARAMS_TIMEOUT_S = 5.0
+"""How long fetching a past version for opponent rows may hold up batches."""
+
 STATS_EVERY_S = 10.0
 """Interval of the `inference_stats` log event."""
 
@@ -196,16 +199,15 @@ class InferenceActor(Actor):
         while len(self.past) > self.training.inference_cache_versions:
             self.past.popitem(last=False)
 
-    async def _policy_for(self, version: int) -> Policy:
-        """The latest policy, or a past version from the cache (fetched on a miss)."""
-        assert self.policy is not None
-        if version in (LATEST, self.version):
-            return self.policy
+    async def _past_policy(self, version: int) -> Policy:
+        """A past version from the cache, fetched from the ParamServer on a miss."""
         cached = self.past.get(version)
         if cached is not None:
             self.past.move_to_end(version)
             return cached
-        params = await self.server.ask(GetParams(version), timeout=PARAMS_TIMEOUT_S)
+        # Batches wait while a past version is fetched: a ParamServer that does not answer soon
+        # gets those rows refused (their games then play the latest) rather than stall every game.
+        params = await self.server.ask(GetParams(version), timeout=PAST_PARAMS_TIMEOUT_S)
         policy = await asyncio.to_thread(policy_from_params, params, self.device)
         if params.arch != self.arch:
             raise ModelError(f"past version {version} has arch {params.arch}, not the latest's {self.arch}")
@@ -312,18 +314,20 @@ class InferenceActor(Actor):
             live.append(item)
         if not live:
             return
+        # The latest version as of now: a newer one may arrive while past versions are fetched.
+        latest, policy = self.version, self.policy
+        assert policy is not None
         versions = np.concatenate([item.request.versions for item in live]).astype(np.int64)
-        versions[versions == self.version] = LATEST
-        policies: dict[int, Policy] = {}
-        for version in np.unique(versions).tolist():
+        policies: dict[int, Policy] = {LATEST: policy}
+        for version in np.unique(versions[(versions != LATEST) & (versions != latest)]).tolist():
             try:
-                policies[version] = await self._policy_for(version)
+                policies[version] = await self._past_policy(version)
             except FiveActorsError as exc:
                 live = self._fail_rows_of(live, version, exc)
         if not live:
             return
         try:
-            result = await asyncio.to_thread(_forward, live, policies, self.version)
+            result = await asyncio.to_thread(_forward, live, policies, latest)
         except ModelError as exc:  # e.g. a mask leaving a needed head no legal choice
             self.log.warning("infer_refused", error=str(exc), requests=len(live))
             for item in live:
@@ -348,8 +352,7 @@ class InferenceActor(Actor):
         self.log.warning("infer_refused", version=version, error=str(exc))
         keep = []
         for item in live:
-            versions = np.asarray(item.request.versions)
-            if np.any((versions == version) & (versions != self.version)):
+            if np.any(np.asarray(item.request.versions) == version):
                 self.refused += 1
                 item.reply.set_exception(error)
             else:

@@ -129,6 +129,10 @@ class LearnerActor(Actor):
         self.steps = 0
         self.base_steps = 0
         self.skipped = 0
+        self.busy_s = 0.0
+        """Seconds spent in optimizer steps (allreduce included)."""
+        self.allreduce_s = 0.0
+        """Seconds spent averaging gradients across the ranks."""
         self.last: dict[str, float] = {}
         self._grouped = False
 
@@ -139,6 +143,10 @@ class LearnerActor(Actor):
         self.config, self.training = config, config.training
         self.log = log.bind(actor=self.ref.path, rank=self.rank)
         self.device = torch.device(self._device_arg or os.environ.get(DEVICE_ENV) or config.model.device)
+        if self.device.type == "cpu" and self.training.learner_torch_threads:
+            # Several learners (and game processes) on the same cores: spinning intra-op threads
+            # slow every step and stretch each allreduce to wait for the slowest rank.
+            torch.set_num_threads(self.training.learner_torch_threads)
         self.rng = np.random.default_rng(self.training.seed + 7919 * (self.rank + 1))
         self.buffer = ExperienceBuffer(self.training.buffer_chunks, self.training.rollout_chunk_steps, self.training.reuse_window_s)
         self.thread = _TorchThread(f"learner-{self.rank}")
@@ -177,7 +185,7 @@ class LearnerActor(Actor):
         self._grouped = True
 
     async def _starting_point(self, config: Config) -> dict[str, Any]:
-        """Rank 0: the ParamServer's latest version (with optimizer state when it matches), else version 0."""
+        """Rank 0: the ParamServer's latest version (with the newest optimizer state it holds), else version 0."""
         if not self.param_server:
             spec = model_spec(config)
             return {"spec": spec.to_dict(), "version": 0, "learner_steps": 0, "optimizer": None,
@@ -195,7 +203,10 @@ class LearnerActor(Actor):
                     raise
                 self.log.info("param_server_unavailable", param_server=self.param_server, reason=str(exc))
                 await asyncio.sleep(0.5)
-        matches = optimizer.version == params.version and optimizer.arch == params.arch
+        # Moments from a few versions back still beat zeros (Adam would restart its bias correction).
+        matches = optimizer.version >= 0 and optimizer.arch == params.arch
+        if matches and optimizer.version != params.version:
+            self.log.info("optimizer_state_older", optimizer_version=optimizer.version, params_version=params.version)
         return {"spec": params.spec, "version": params.version, "learner_steps": int(stats.get("learner_steps", 0)),
                 "state": params.state, "optimizer": optimizer.state if matches else None}  # fmt: skip
 
@@ -224,7 +235,7 @@ class LearnerActor(Actor):
         try:
             batch = check_rollout(msg, self.spec, self.training.rollout_chunk_steps)
         except TrainingError as exc:
-            batch = getattr(msg.versions, "shape", (1,))[0] if getattr(msg.versions, "ndim", 0) == 1 else 1
+            batch = msg.versions.shape[0] if isinstance(msg.versions, np.ndarray) and msg.versions.ndim == 1 else 1
             self.buffer.refused(batch)
             self.log.warning("rollout_refused", source=msg.source, reason=str(exc), refused=self.buffer.counters.refused)
             return
@@ -265,7 +276,10 @@ class LearnerActor(Actor):
         started = time.perf_counter()
         stats = self._step(minibatch)
         self.steps += 1
-        stats.update(self._counters(minibatch, time.perf_counter() - started))
+        seconds = time.perf_counter() - started
+        self.busy_s += seconds
+        self.allreduce_s += stats["allreduce_ms"] / 1e3
+        stats.update(self._counters(minibatch, seconds))
         self.last = stats
         result: dict[str, Any] = {"stats": stats}
         if self.steps % t.publish_every == 0:
@@ -396,6 +410,9 @@ class LearnerActor(Actor):
             "chunks_dropped_stale": counters.dropped_stale,
             "chunks_evicted_unused": counters.evicted_unused,
             "skipped_updates": self.skipped,
+            "step_ms_mean": round(1e3 * self.busy_s / max(self.steps, 1), 3),
+            "allreduce_ms_mean": round(1e3 * self.allreduce_s / max(self.steps, 1), 3),
+            "allreduce_share": round(self.allreduce_s / self.busy_s, 4) if self.busy_s else 0.0,
         }
 
     async def on_get_stats(self, _msg: GetStats) -> dict[str, Any]:

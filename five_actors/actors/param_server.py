@@ -106,13 +106,17 @@ class ParamServerActor(Actor):
         self.spec = model_spec(config)
         saved = None if self.store is None else await asyncio.to_thread(self.store.load_latest)
         if saved is None:
-            self.versions[0] = state_arrays(initial_policy(self.spec, self.training.seed))
+            policy = await asyncio.to_thread(initial_policy, self.spec, self.training.seed)
+            self.versions[0] = state_arrays(policy)
         else:
             self._restore(saved)
+            assert self.store is not None
+            policy = self.store.model_for(self.spec)[0]  # built while reading the checkpoint
         self.arch = self.spec.hash
-        self._template = template(Policy(self.spec))
+        self._template = template(policy)
         if self.store is not None:
-            await asyncio.to_thread(self.store.model_for, self.spec)
+            # Checkpoints pass arrays through this policy and an Adam over it: built now, not in the first save.
+            await asyncio.to_thread(self.store.model_for, self.spec, policy)
 
     def _restore(self, saved: Any) -> None:
         """Continue from a checkpoint: counter, parameters, optimizer moments, the pool with its q values."""
@@ -124,7 +128,7 @@ class ParamServerActor(Actor):
         self.learner_steps = saved.counters.get("learner_steps", 0)
         self.versions[saved.version] = saved.state
         if saved.optimizer:
-            self.optimizer = (saved.version, saved.optimizer)
+            self.optimizer = (saved.counters.get("optimizer_version", saved.version), saved.optimizer)
         pool_data = self.store.load_pool()
         if pool_data is not None:
             self.pool = OpponentPool.from_dict(pool_data.get("pool", {}), self.training.pool_eta)
@@ -258,8 +262,9 @@ class ParamServerActor(Actor):
         async with self._lock:
             version, state = self.version, self.versions[self.version]
             optimizer = self.optimizer[1] if self.optimizer is not None else None
+            counters = {"learner_steps": self.learner_steps, "optimizer_version": self.optimizer[0] if self.optimizer is not None else -1}
             started = time.perf_counter()
-            path = await asyncio.to_thread(self.store.save, version, self.spec, state, optimizer, {"learner_steps": self.learner_steps})
+            path = await asyncio.to_thread(self.store.save, version, self.spec, state, optimizer, counters)
             await asyncio.to_thread(self.store.save_pool, {"latest": version, "arch": self.arch, "pool": self.pool.to_dict()})
             pruned = await asyncio.to_thread(self.store.prune, self.training.keep_checkpoints, set(self.pool.versions))
             self.last_checkpoint = version

@@ -50,13 +50,14 @@ class CheckpointStore:
         self.directory = directory
         self._models: dict[str, tuple[Policy, torch.optim.Adam]] = {}
 
-    def model_for(self, spec: ModelSpec) -> tuple[Policy, torch.optim.Adam]:
+    def model_for(self, spec: ModelSpec, policy: Policy | None = None) -> tuple[Policy, torch.optim.Adam]:
         """A policy and an Adam over it to pass arrays through, one per architecture.
 
-        Built once: the first Adam of a process takes seconds (torch imports its compiler stack).
+        Built once (from `policy` when given; its weights get overwritten): the first Adam of a
+        process takes seconds (torch imports its compiler stack).
         """
         if spec.hash not in self._models:
-            policy = Policy(spec)
+            policy = policy if policy is not None else Policy(spec)
             self._models[spec.hash] = (policy, torch.optim.Adam(policy.parameters()))
         return self._models[spec.hash]
 

@@ -18,6 +18,7 @@ from five_actors.actors.param_server import ParamServerActor
 from five_actors.actors.params import initial_policy, model_spec, state_arrays
 from five_actors.config import Config, from_mapping
 from five_actors.errors import RemoteError
+from five_actors.model.ppo import gae
 from five_actors.model.policy import Policy
 from five_actors.runtime.actor import Actor, ActorSystem
 
@@ -91,8 +92,11 @@ async def test_rollout_chunks_have_the_contract_shapes_and_match_a_local_forward
     policy = initial_policy(model_spec(config), config.training.seed)
     await system.wait_started(server.ref)
     await server.ref.tell(publish(policy, 3))
-    await until(lambda: len(learner.rollouts) >= 3 and learner.rollouts[0].versions[0] == 3)
-    rollout = learner.rollouts[0]
+    # Chunks begun before version 3 reached the inference actor carry version 0; the rest are consecutive.
+    played_by_3 = lambda: [r for r in learner.rollouts if r.versions[0] == 3]  # noqa: E731
+    await until(lambda: len(played_by_3()) >= 3)
+    rollouts = played_by_3()
+    rollout = rollouts[0]
     spec = policy.spec
     rows = GAMES * 2 * config.game.heroes_per_side
     T, B, D, H = CHUNK, rows, spec.obs.size, spec.lstm_size
@@ -107,12 +111,12 @@ async def test_rollout_chunks_have_the_contract_shapes_and_match_a_local_forward
     assert rollout.h.shape == (B, H) and rollout.c.shape == (B, H)
     assert set(rollout.masks) == {"type", *(h.name for h in spec.actions.heads)}
     assert rollout.masks["type"].shape == (T, B, len(spec.actions.types))
-    assert rollout.starts[0].all(), "the first chunk starts every game"
     np.testing.assert_allclose(rollout.returns, rollout.advantages + rollout.values, rtol=1e-5, atol=1e-5)
+    assert learner.rollouts[0].starts[0].all(), "the first chunk starts every game"
 
     # The same parameters, run locally over each chunk from its stored LSTM state, give the
     # log-probabilities and values the inference actor produced.
-    for rollout in learner.rollouts[:3]:
+    for rollout in rollouts[:3]:
         with torch.no_grad():
             logp, _, value = policy.evaluate(
                 torch.from_numpy(rollout.obs), {k: torch.from_numpy(v) for k, v in rollout.masks.items()},
@@ -121,9 +125,14 @@ async def test_rollout_chunks_have_the_contract_shapes_and_match_a_local_forward
             )
         np.testing.assert_allclose(logp.numpy(), rollout.logp, atol=1e-4)
         np.testing.assert_allclose(policy.value_norm.denormalize(value).numpy(), rollout.values, atol=1e-4)
-    # Consecutive chunks continue each other: the LSTM state and starts carry across.
-    first, second = learner.rollouts[0], learner.rollouts[1]
+    # Consecutive chunks continue each other, and a chunk's GAE looked WINDOW (= CHUNK) steps
+    # past it, bootstrapping from the value after the window.
+    first, second, third = rollouts[:3]
     np.testing.assert_array_equal(second.starts[0], first.dones[-1])
+    span = {k: torch.from_numpy(np.concatenate([getattr(first, k), getattr(second, k)])) for k in ("rewards", "values", "dones")}
+    gamma = config.ppo.gamma(1.0 / config.game.steps_per_second)
+    advantages, _ = gae(span["rewards"], span["values"], span["dones"], torch.from_numpy(third.values[0]), gamma, config.ppo.gae_lambda)
+    np.testing.assert_allclose(first.advantages, advantages[:CHUNK].numpy(), rtol=1e-5, atol=1e-5)
 
     stats = await system.ref("/game-0").ask(GetStats())
     assert stats["chunks_sent"] >= 3 * B and stats["chunks_lost"] == 0 and stats["env_steps"] > 0

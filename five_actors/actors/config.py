@@ -56,6 +56,8 @@ class TrainingConfig:
     """Latest checkpoints kept on disk; opponent-pool members' checkpoints are kept as well."""
     pool_add_every: int = 10
     """Every this many versions, the latest joins the opponent pool."""
+    pool_max_versions: int = 64
+    """Most versions in the opponent pool; beyond it the least likely one (lowest q) leaves."""
     pool_eta: float = 0.01
     """Step size of the pool's quality scores (p_i proportional to exp(q_i))."""
     eval_every_s: float = 60.0
@@ -71,7 +73,8 @@ class TrainingConfig:
 
     def __post_init__(self) -> None:
         at_least_one = ("games_per_actor", "rollout_chunk_steps", "inference_batch_rows", "inference_cache_versions", "buffer_chunks",
-                        "minibatch_chunks", "publish_every", "checkpoint_every", "keep_checkpoints", "pool_add_every", "eval_games")  # fmt: skip
+                        "minibatch_chunks", "publish_every", "checkpoint_every", "keep_checkpoints", "pool_add_every", "eval_games",
+                        "pool_max_versions")  # fmt: skip
         for name in at_least_one:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")

@@ -179,7 +179,7 @@ class LearnerActor(Actor):
             raise ConfigError("training.rendezvous_port: a learner world of more than one needs a rendezvous port (0 given)")
         backend = "nccl" if self.device.type == "cuda" else "gloo"
         if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
+            torch.cuda.set_device(self.device.index or 0)  # NCCL uses the current device
         dist.init_process_group(backend, init_method=f"tcp://{host}:{port}", rank=self.rank, world_size=self.world_size,
                                 timeout=timedelta(seconds=self.training.allreduce_timeout_s))  # fmt: skip
         self._grouped = True

@@ -5,8 +5,10 @@ checkpoint: then the newest readable one is restored (version counter, parameter
 learners' Adam moments) with the opponent pool and its q values from pool.json. Learner rank 0
 publishes every `publish_every` steps (PublishParams); each new version is told to every
 subscriber (ParamsAvailable), joins the opponent pool every `pool_add_every` versions, and is
-checkpointed every `checkpoint_every` versions and on a graceful stop. In memory: the latest
-version and every pool member; any other version still on disk is loaded on request.
+checkpointed every `checkpoint_every` versions, when it joins the pool, and on a graceful stop.
+Version 0 and pool members' checkpoints are never pruned; the pool holds at most
+`pool_max_versions` (the lowest q leaves). In memory: the latest version and every pool member;
+any other version still on disk is loaded on request.
 
 Refused, with a `params_refused` log line and a count, never stored: parameters of another
 architecture, of the wrong names or shapes, or not newer than the latest version.
@@ -117,6 +119,8 @@ class ParamServerActor(Actor):
         if self.store is not None:
             # Checkpoints pass arrays through this policy and an Adam over it: built now, not in the first save.
             await asyncio.to_thread(self.store.model_for, self.spec, policy)
+            if saved is None:
+                await self._checkpoint()  # version 0 stays on disk: the untrained reference, and resumable at once
 
     def _restore(self, saved: Any) -> None:
         """Continue from a checkpoint: counter, parameters, optimizer moments, the pool with its q values."""
@@ -167,6 +171,10 @@ class ParamServerActor(Actor):
         if joins_pool:
             q = self.pool.add(msg.version)
             self.log.info("opponent_pool_added", version=msg.version, q=q, pool=len(self.pool))
+            if len(self.pool) > self.training.pool_max_versions:
+                evicted = self.pool.evict()
+                self.versions.pop(evicted, None)
+                self.log.info("opponent_pool_evicted", version=evicted, pool=len(self.pool))
         await self._notify(ParamsAvailable(msg.version, self.arch))
         # A pool member is always on disk, so that a resumed run still has every opponent it can hand out.
         if self.store is not None and (joins_pool or msg.version - max(self.last_checkpoint, 0) >= self.training.checkpoint_every):
@@ -266,7 +274,7 @@ class ParamServerActor(Actor):
             started = time.perf_counter()
             path = await asyncio.to_thread(self.store.save, version, self.spec, state, optimizer, counters)
             await asyncio.to_thread(self.store.save_pool, {"latest": version, "arch": self.arch, "pool": self.pool.to_dict()})
-            pruned = await asyncio.to_thread(self.store.prune, self.training.keep_checkpoints, set(self.pool.versions))
+            pruned = await asyncio.to_thread(self.store.prune, self.training.keep_checkpoints, {0, *self.pool.versions})
             self.last_checkpoint = version
             self.counts["checkpoints"] += 1
             self.log.info("checkpoint_saved", version=version, path=str(path), seconds=round(time.perf_counter() - started, 4),

@@ -42,6 +42,14 @@ class OpponentPool:
         self.quality[version] = q
         return q
 
+    def evict(self) -> int:
+        """Remove the member least likely to be sampled (the lowest q; the oldest of equals); returns it."""
+        if not self.quality:
+            raise TrainingError("the opponent pool is empty: nothing to evict")
+        lowest = min(self.quality, key=lambda v: (self.quality[v], v))
+        del self.quality[lowest]
+        return lowest
+
     def probabilities(self) -> dict[int, float]:
         """p_i for every member (softmax of q)."""
         if not self.quality:

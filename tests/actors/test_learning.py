@@ -106,7 +106,9 @@ async def test_versions_advance_subscribers_hear_of_each_and_past_versions_are_s
         await ref.ask(GetParams(3))
     await asyncio.sleep(0.05)
     assert subscriber.seen == [0, 1, 2, 3, 4]
-    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("*.ckpt")) == ["v000000002.ckpt", "v000000004.ckpt"]
+    assert (await ref.ask(GetParams(0))).version == 0  # the untrained reference is always on disk
+    names = sorted(p.name for p in (tmp_path / "checkpoints").glob("*.ckpt"))
+    assert names == ["v000000000.ckpt", "v000000002.ckpt", "v000000004.ckpt"]
 
 
 async def test_parameters_of_another_architecture_shape_or_an_old_version_are_refused(system: ActorSystem) -> None:
@@ -141,21 +143,23 @@ def test_pool_samples_in_proportion_to_exp_q_and_a_win_lowers_q_by_eta_over_n_p(
     assert pool.quality[20] == pytest.approx(math.log(2.0) - 0.01 / (3 * p20))
     assert not pool.record_win(99)
     assert pool.add(40) == pytest.approx(math.log(5.0))  # a newcomer gets the pool's best q
+    assert pool.evict() == 10 and pool.versions == [20, 30, 40]  # the least likely leaves first
 
 
 async def test_opponents_come_from_the_pool_and_wins_update_its_quality(system: ActorSystem) -> None:
-    server, ref = await start_server(system, tiny_config(pool_add_every=2, pool_eta=0.5), None)
+    server, ref = await start_server(system, tiny_config(pool_add_every=2, pool_eta=0.5, pool_max_versions=2), None)
     assert (await ref.ask(OpponentRequest())).version == -1
-    for v in (1, 2, 3, 4):
+    for v in (1, 2, 3, 4, 5, 6):
         await publish(ref, server, v)
-    assert server.pool.versions == [2, 4]
+    assert server.pool.versions == [4, 6]  # at most pool_max_versions: version 2 left
+    assert sorted(server.versions) == [4, 6]
     opponents = {(await ref.ask(OpponentRequest())).version for _ in range(40)}
-    assert opponents == {2, 4}
-    await ref.tell(MatchResult(opponent_version=2, outcome=1.0))
-    await ref.tell(MatchResult(opponent_version=4, outcome=0.0))
+    assert opponents == {4, 6}
+    await ref.tell(MatchResult(opponent_version=4, outcome=1.0))
+    await ref.tell(MatchResult(opponent_version=6, outcome=0.0))
     stats = await ref.ask(GetStats())
-    assert stats["pool"]["2"]["q"] == pytest.approx(-0.5 / (2 * 0.5))
-    assert stats["pool"]["4"]["q"] == 0.0
+    assert stats["pool"]["4"]["q"] == pytest.approx(-0.5 / (2 * 0.5))
+    assert stats["pool"]["6"]["q"] == 0.0
     assert stats["wins"] == 1 and stats["losses"] == 1
 
 
@@ -185,19 +189,21 @@ async def test_a_restarted_param_server_resumes_counter_params_optimizer_and_poo
     assert optimizer.version == 5 and same_state(optimizer.state, moments)
     assert same_state((await ref.ask(GetParams())).state, server.versions[5])
     kept = sorted(p.name for p in checkpoints.glob("v*.ckpt"))  # the latest and the pool's
-    assert kept == ["v000000002.ckpt", "v000000004.ckpt", "v000000005.ckpt", "v000000009.ckpt"]
+    assert kept == ["v000000000.ckpt", "v000000002.ckpt", "v000000004.ckpt", "v000000005.ckpt", "v000000009.ckpt"]
 
 
 # -- the learners -----------------------------------------------------------------------------
 
 
-def test_two_learner_processes_average_gradients_and_end_with_identical_parameters(tmp_path: Path) -> None:
+def test_two_learner_processes_average_gradients_end_with_identical_parameters_and_stop_together(tmp_path: Path) -> None:
     training = {"minibatch_chunks": 4, "buffer_chunks": 8, "max_sample_reuse": 1.0}
     port = free_port()
+    # Rank 0 is stopped after its step; rank 1 would wait for fresh chunks for a minute, but leaves with it.
     jobs = [{"rank": r, "world_size": 2, "port": port, "training": training, "chunks": 4, "rollout_seeds": [100 + r],
-             "steps": 1, "seconds": 60} for r in range(2)]  # fmt: skip
+             "steps": 1 if r == 0 else 1000, "seconds": 60} for r in range(2)]  # fmt: skip
     rank0, rank1 = run_world(jobs, tmp_path)
     assert rank0["stats"]["steps"] == rank1["stats"]["steps"] == 1
+    assert not rank1["alive"] and rank1["elapsed_s"] < 50
     for name in rank0["params"]:
         np.testing.assert_array_equal(rank0["params"][name], rank1["params"][name], err_msg=name)
 

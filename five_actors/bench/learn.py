@@ -34,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options."""
     parser.add_argument("--env", default="CartPole-v1", help="a gymnasium id, or 'lane' for the lane game vs the scripted bot")
     parser.add_argument("--steps", type=int, default=300_000, help="environment steps per seed (policy rows x steps)")
-    parser.add_argument("--seeds", type=int, default=5, help="independent runs, seeds 0..K-1")
+    parser.add_argument("--seeds", type=int, default=5, help="independent runs, seeds FIRST..FIRST+K-1")
+    parser.add_argument("--first-seed", type=int, default=0, help="the first seed (to split seeds over processes)")
     parser.add_argument("--num-envs", type=int, default=8, help="gymnasium copies, or lane games per batch")
     parser.add_argument("--target", type=float, default=475.0, help="report the steps at which the mean return first reaches this")
     parser.add_argument("--stop-at-target", action="store_true", help="end a seed once its mean return reaches --target")
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Train `--seeds` policies and report their curves."""
     torch.set_num_threads(args.threads)
     config = load_config(args.config, args.overrides) if args.config else _defaults(args.overrides)
-    results = [_one_seed(args, config, seed) for seed in range(args.seeds)]
+    results = [_one_seed(args, config, seed) for seed in range(args.first_seed, args.first_seed + args.seeds)]
     finals = [r["final_mean_return"] for r in results if r["final_mean_return"] is not None]
     summary: dict[str, Any] = {
         "benchmark": "learn",

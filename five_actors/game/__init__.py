@@ -1,7 +1,7 @@
 """The lane game: a vectorised Dota-like 5v5 environment, its bots and replays.
 
-`LaneGame`, `obs_spec` and `action_spec` are imported lazily so that reading a config does
-not load numba.
+`LaneGame`, `obs_spec`, `action_spec`, the bots and `play_match` are imported lazily so that
+reading a config does not load numba.
 """
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 _LAZY = {"LaneGame": "five_actors.game.env", "obs_spec": "five_actors.game.spec",
-         "action_spec": "five_actors.game.spec", "GameConfig": "five_actors.game.config"}
+         "action_spec": "five_actors.game.spec", "GameConfig": "five_actors.game.config",
+         "RandomBot": "five_actors.game.bots", "ScriptedBot": "five_actors.game.bots",
+         "play_match": "five_actors.game.match"}
 
 __all__ = sorted(_LAZY)
 

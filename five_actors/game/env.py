@@ -6,6 +6,7 @@ reset at once (the returned observation is the next game's first); `dones` marks
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +27,7 @@ from five_actors.game.sim import reset_game
 from five_actors.game.step import step_all, step_serial
 
 FRAME_COLUMNS = ("x", "y", "team", "kind", "type", "hp_frac", "alive", "level")
+RESULTS_KEPT = 10_000
 
 # The two unit/number fields of each event kind, by name.
 _EVENT_FIELDS: dict[str, Callable[[int, int], dict[str, int]]] = {
@@ -72,8 +74,9 @@ class LaneGame:
         self._rng = np.random.default_rng(cfg.seed)
         self.illegal_actions = 0
         """Illegal actions the game has received (and played as noop) since it was made."""
-        self.results: list[dict[str, Any]] = []
-        """One dict per finished game (game, winner, steps, reason), oldest first; the caller may clear it."""
+        self.results: deque[dict[str, Any]] = deque(maxlen=RESULTS_KEPT)
+        """One dict per finished game (game, winner, steps, reason, totals), oldest first; the
+        latest RESULTS_KEPT are kept, and the caller may clear it."""
         self._threads = cfg.numba_threads or numba.config.NUMBA_NUM_THREADS
         # One thread runs (and compiles) the serial kernels: no parallel launch per step.
         self._step_kernel = step_serial if self._threads == 1 else step_all

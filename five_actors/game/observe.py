@@ -128,6 +128,13 @@ def observe_game(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.
     vuln = np.zeros(2 * sb, dtype=np.bool_)
     for k in range(2 * sb):
         vuln[k] = u[g, nh + k, ALIVE] > 0 and vulnerable(u, g, nh + k, nh, sb, tpl)
+    seen_creeps = np.empty((2, n - c0), dtype=np.int64)
+    n_seen = np.zeros(2, dtype=np.int64)
+    for team in range(2):
+        for k in range(c0, n):
+            if vis[g, team, k]:
+                seen_creeps[team, n_seen[team]] = k
+                n_seen[team] += 1
     tower_alive = np.zeros(2)
     for team in range(2):
         for s in range(sb - 1):
@@ -225,9 +232,8 @@ def observe_game(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.
         # The nearest creeps this team sees. Near-equal distances are ordered by the offset as
         # this team sees it, so that both teams order mirrored creeps alike.
         m = 0
-        for k in range(c0, n):
-            if not vis[g, team, k]:
-                continue
+        for j in range(n_seen[team]):
+            k = seen_creeps[team, j]
             d2 = (u[g, k, X] - x) ** 2 + (u[g, k, Y] - y) ** 2
             rx, ry = _rel(team, u[g, k, X] - x, u[g, k, Y] - y)
             if m < n_creep_slots:

@@ -60,15 +60,14 @@ class SyncTrainer:
         rows = env.num_rows
         self.policy_rows = np.ones(rows, bool) if policy_rows is None else np.asarray(policy_rows, bool)
         self.opponent = opponent
-        self._index = torch.as_tensor(np.flatnonzero(self.policy_rows), device=policy.device)
         self.returns: deque[float] = deque(maxlen=window)
         self.wins: deque[float] = deque(maxlen=window)
         self.steps = 0
         self.episodes = 0
         obs, masks = env.reset(seed)
         self._obs, self._masks = obs, masks
-        self._state = policy.initial_state(len(self._index))
-        self._starts = torch.ones(len(self._index), dtype=torch.bool, device=policy.device)
+        self._state = policy.initial_state(int(self.policy_rows.sum()))
+        self._starts = torch.ones(int(self.policy_rows.sum()), dtype=torch.bool, device=policy.device)
         self._episode_return = np.zeros(rows, np.float64)
 
     def train(
@@ -105,44 +104,45 @@ class SyncTrainer:
 
     def collect(self) -> Chunks:
         """Play one rollout and return it as chunks with advantages and value targets."""
-        cfg, policy, idx = self.config, self.policy, self._index
+        cfg, policy, rows, device = self.config, self.policy, self.policy_rows, self.policy.device
         length = cfg.chunk_steps * cfg.rollout_chunks
-        record: dict[str, list[Tensor]] = {k: [] for k in ("obs", "actions", "logp", "values", "rewards", "dones", "starts")}
-        masks: dict[str, list[Tensor]] = {k: [] for k in self._masks}
+        record: dict[str, list[Tensor]] = {k: [] for k in ("actions", "logp", "values", "rewards", "dones", "starts")}
+        observed: list[np.ndarray] = []
+        masks: dict[str, list[np.ndarray]] = {k: [] for k in self._masks}
         states: list[State] = []
         for t in range(length):
             if t % cfg.chunk_steps == 0:
                 states.append(self._state)
-            obs, step_masks = policy.prepare(self._obs, self._masks)
-            out = policy.act(obs[idx], {k: v[idx] for k, v in step_masks.items()}, self._state)
+            obs, step_masks = self._obs[rows], {k: v[rows] for k, v in self._masks.items()}
+            out = policy.act(obs, step_masks, self._state)
             actions = np.zeros((self.env.num_rows, policy.spec.actions.columns), np.int64)
             if self.opponent is not None:
                 actions[:] = self.opponent(self._obs, self._masks)
-            actions[self.policy_rows] = out.actions.cpu().numpy()
+            actions[rows] = out.actions.cpu().numpy()
             step = self.env.step(actions)
-            dones = torch.as_tensor(step.dones, device=policy.device)[idx]
-            for key, value in (("obs", obs[idx]), ("actions", out.actions), ("logp", out.logp), ("values", out.value)):
+            dones = torch.as_tensor(step.dones[rows], device=device)
+            observed.append(obs)
+            for k, v in step_masks.items():
+                masks[k].append(v)
+            for key, value in (("actions", out.actions), ("logp", out.logp), ("values", out.value)):
                 record[key].append(value)
-            record["rewards"].append(torch.as_tensor(step.rewards, device=policy.device)[idx])
+            record["rewards"].append(torch.as_tensor(step.rewards[rows], device=device))
             record["dones"].append(dones)
             record["starts"].append(self._starts)
-            for k, v in step_masks.items():
-                masks[k].append(v[idx])
             self._track_episodes(step.rewards, step.dones, step.infos)
             keep = (~dones).to(out.state[0].dtype).unsqueeze(-1)
             self._state = (out.state[0] * keep, out.state[1] * keep)
             self._starts = dones
             self._obs, self._masks = step.obs, step.masks
-        self.steps += length * len(idx)
-        with torch.no_grad():
-            obs, step_masks = policy.prepare(self._obs, self._masks)
-            last_value = policy.act(obs[idx], {k: v[idx] for k, v in step_masks.items()}, self._state).value
+        self.steps += length * int(rows.sum())
+        last_value = policy.act(self._obs[rows], {k: v[rows] for k, v in self._masks.items()}, self._state).value
         rollout = {k: torch.stack(v) for k, v in record.items()}
         advantages, returns = gae(rollout["rewards"], rollout["values"], rollout["dones"], last_value, self.gamma, cfg.gae_lambda)
         n = cfg.chunk_steps
+        as_chunks = lambda arrays: chunk(torch.as_tensor(np.stack(arrays), device=device), n)  # noqa: E731
         return Chunks(
-            obs=chunk(rollout["obs"], n),
-            masks={k: chunk(torch.stack(v), n) for k, v in masks.items()},
+            obs=as_chunks(observed).float(),
+            masks={k: as_chunks(v) for k, v in masks.items()},
             actions=chunk(rollout["actions"], n),
             logp=chunk(rollout["logp"], n),
             values=chunk(rollout["values"], n),

@@ -43,6 +43,18 @@ def creep_slot(env: LaneGame) -> int:
     return 2 * HPS + 2 * SB
 
 
+@pytest.mark.timeout(900)
+def test_the_kernels_compile_and_a_batch_steps(env: LaneGame) -> None:
+    """First in the area on purpose: a fresh checkout compiles every kernel here (a minute or
+    two), under a longer timeout than the suite's; later tests reuse the compiled code."""
+    obs, masks = env.reset()
+    for bot in (RandomBot(seed=0), ScriptedBot(CFG)):
+        step = env.step(bot.act(obs, masks))
+        obs, masks = step.obs, step.masks
+    assert obs.shape == (env.num_rows, env.obs_spec.size) and np.isfinite(obs).all()
+    assert step.rewards.shape == (env.num_rows,) and not step.dones.any()
+
+
 def test_observation_decodes_to_the_entities_placed(env: LaneGame) -> None:
     env.reset()
     u = env.state.units[0]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,3 +48,10 @@ def test_impossible_values_are_refused(tmp_path: Path, setting: str, named: str)
 def test_direct_construction_refuses_too() -> None:
     with pytest.raises(ValueError, match="game.hero_speed"):
         GameConfig(hero_speed=0.0)
+
+
+def test_reading_a_config_does_not_load_the_game_kernels() -> None:
+    code = "import sys, five_actors.config; five_actors.config.Config(); print('numba' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={"PYTHONPATH": ":".join(sys.path)})
+    assert done.stdout.strip() == "False", done.stderr

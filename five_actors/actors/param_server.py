@@ -111,7 +111,7 @@ class ParamServerActor(Actor):
             policy = await asyncio.to_thread(initial_policy, self.spec, self.training.seed)
             self.versions[0] = state_arrays(policy)
         else:
-            self._restore(saved)
+            await asyncio.to_thread(self._restore, saved)  # reads every pool member's checkpoint
             assert self.store is not None
             policy = self.store.model_for(self.spec)[0]  # built while reading the checkpoint
         self.arch = self.spec.hash

@@ -40,10 +40,9 @@ from five_actors.actors.messages import (
 )
 from five_actors.actors.params import Arrays, check_state, initial_policy, model_spec, state_arrays, template
 from five_actors.actors.pool import OpponentPool
-from five_actors.actors.store import CheckpointStore
+from five_actors.actors.store import CheckpointStore, Saved
 from five_actors.config import Config
 from five_actors.errors import CheckpointError, FiveActorsError, TrainingError
-from five_actors.model.policy import Policy
 from five_actors.model.spec import ModelSpec
 from five_actors.runtime.actor import Actor, message
 
@@ -122,7 +121,7 @@ class ParamServerActor(Actor):
             if saved is None:
                 await self._checkpoint()  # version 0 stays on disk: the untrained reference, and resumable at once
 
-    def _restore(self, saved: Any) -> None:
+    def _restore(self, saved: Saved) -> None:
         """Continue from a checkpoint: counter, parameters, optimizer moments, the pool with its q values."""
         assert self.store is not None
         if saved.spec.hash != self.spec.hash:

@@ -16,6 +16,7 @@ from five_actors.bench import BENCHMARKS
 from five_actors.errors import FiveActorsError, SurgeryRejected
 
 if TYPE_CHECKING:
+    from five_actors.config import Config
     from five_actors.logreplay import LogFilter
 
 
@@ -145,13 +146,39 @@ def _add_match_parser(commands: argparse._SubParsersAction) -> None:  # type: ig
 
 def cmd_up(args: argparse.Namespace) -> int:
     """Start the root supervisor and its tree on this host, serve HTTP, stop cleanly on Ctrl-C/SIGTERM."""
+    from five_actors.actors.live import TrainingLine
     from five_actors.config import load_config
     from five_actors.runtime.node import run
     from five_actors.supervisor.main import default_run_dir, up
 
-    config = load_config(args.config, args.set or ())
-    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(config.name)
-    return run(up(config, run_dir, args.host, args.port, args.duration, sys.stdout))
+    if args.resume:
+        if args.config is not None or args.run_dir:
+            raise FiveActorsError("--resume RUN_DIR continues that run with its own config: drop --config and --run-dir")
+        run_dir = Path(args.resume)
+        config = resume_config(run_dir, args.set or ())
+    else:
+        config = load_config(args.config or "default", args.set or ())
+        run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(config.name)
+    return run(up(config, run_dir, args.host, args.port, args.duration, sys.stdout, TrainingLine()))
+
+
+def resume_config(run_dir: Path, overrides: Sequence[str]) -> Config:
+    """The config a run wrote to RUN_DIR/config.json, with `--set` overrides, for `up --resume`.
+
+    The learners' rendezvous port is picked afresh (the old one may be taken), unless set.
+    """
+    from five_actors.config import RUN_CONFIG, Config, apply_override, config_to_dict, from_mapping, read_run_config
+
+    if not (run_dir / RUN_CONFIG).is_file():
+        raise FiveActorsError(f"--resume {run_dir}: no {RUN_CONFIG} there; is it the run directory `up` printed?")
+    tree = config_to_dict(read_run_config(run_dir))
+    tree["training"]["rendezvous_port"] = 0
+    for assignment in overrides:
+        apply_override(tree, assignment)
+    try:
+        return from_mapping(Config, tree)
+    except FiveActorsError as exc:
+        raise FiveActorsError(f"--resume {run_dir}: {exc}") from None
 
 
 def cmd_health(args: argparse.Namespace) -> int:
@@ -202,7 +229,8 @@ def cmd_node(args: argparse.Namespace) -> int:
 
 def _add_supervisor_parsers(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     up = commands.add_parser("up", help="start the root supervisor and its tree on this host")
-    up.add_argument("--config", default="default", help="a config file or bundled config name (default: default)")
+    up.add_argument("--config", help="a config file or bundled config name (default: default)")
+    up.add_argument("--resume", metavar="RUN_DIR", help="continue that run: its config, checkpoint, version counters, pool and ratings")
     up.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. --set tree.max_restarts=5")
     up.add_argument("--run-dir", help="where logs and the token go (default: runs/<UTC time>-<config name>/)")
     up.add_argument("--duration", type=float, help="stop cleanly after this many seconds")

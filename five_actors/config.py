@@ -9,6 +9,7 @@ these into a ConfigError naming the full key, so nothing starts on a bad config.
 from __future__ import annotations
 
 import dataclasses
+import os
 import tomllib
 import types
 import typing
@@ -17,11 +18,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
+import orjson
+
+from five_actors.actors.config import TrainingConfig
 from five_actors.errors import ConfigError
 from five_actors.runtime.config import NodeConfig
 from five_actors.supervisor.config import TreeConfig
 from five_actors.game.config import GameConfig
 from five_actors.model.config import ModelConfig, PPOConfig
+from five_actors.actors.config import TrainingConfig
 
 T = TypeVar("T")
 
@@ -170,6 +175,8 @@ class Config:
     """The policy network's sizes and device."""
     ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
     """The PPO learner's hyperparameters."""
+    training: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
+    """The five actors' shared settings: rollouts, inference, buffer, publishing, pool, eval (five_actors.actors)."""
 
 
 def load_config(name: str | Path, overrides: typing.Sequence[str] = ()) -> Config:
@@ -181,5 +188,38 @@ def load_config(name: str | Path, overrides: typing.Sequence[str] = ()) -> Confi
         apply_override(tree, assignment)
     try:
         return from_mapping(Config, tree)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+RUN_CONFIG = "config.json"
+"""The resolved config of a run, in its run directory: what process children and `--resume` read."""
+
+
+def config_to_dict(config: Config) -> dict[str, Any]:
+    """The config as plain JSON-able values (paths as strings); `from_mapping(Config, ...)` reads it back."""
+    return orjson.loads(orjson.dumps(dataclasses.asdict(config), default=str))  # type: ignore[no-any-return]
+
+
+def write_run_config(config: Config, run_dir: Path) -> Path:
+    """Write RUN_DIR/config.json atomically (a reader never sees half a file); returns its path."""
+    path = run_dir / RUN_CONFIG
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_bytes(orjson.dumps(config_to_dict(config), option=orjson.OPT_INDENT_2))
+    os.replace(tmp, path)
+    return path
+
+
+def read_run_config(run_dir: Path) -> Config:
+    """The resolved config a run wrote to RUN_DIR/config.json."""
+    path = run_dir / RUN_CONFIG
+    try:
+        data = orjson.loads(path.read_bytes())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the run's config: {exc.strerror}") from None
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: invalid JSON: {exc}") from None
+    try:
+        return from_mapping(Config, data)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None

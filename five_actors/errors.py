@@ -14,6 +14,7 @@
     ├── GameError                   bad actions, impossible game settings
     ├── ModelError                  observations, masks or losses the model refuses
     ├── CheckpointError             a truncated, corrupt or mismatched checkpoint
+    ├── TrainingError               parameters or rollout chunks the training actors refuse
     ├── LogsError                   a run's logs that cannot be found or read
     └── SurgeryRejected             a surgery that would change behaviour or is not supported
 
@@ -83,6 +84,10 @@ class ModelError(FiveActorsError):
 
 class CheckpointError(FiveActorsError):
     """A checkpoint that is truncated, corrupt or does not match."""
+
+
+class TrainingError(FiveActorsError):
+    """Parameters, optimizer state or rollout chunks of the wrong architecture, shape or version."""
 
 
 class LogsError(FiveActorsError):

@@ -7,7 +7,10 @@ command prints the dict as one JSON object.
 BENCHMARKS: dict[str, str] = {
     "transport": "five_actors.bench.transport",
     "env": "five_actors.bench.env",
+    "learner": "five_actors.bench.learning",
+    "rollout": "five_actors.bench.rollout",
     "supervisor": "five_actors.bench.supervisor",
+    "system": "five_actors.bench.system",
     "learn": "five_actors.bench.learn",
     "policy": "five_actors.bench.policy",
     "surgery": "five_actors.bench.surgery",

@@ -151,7 +151,9 @@ class LaneGame:
             if bad.size:
                 row = int(bad[0])
                 raise GameError(f"actions[{row}, {col}] ({name}) = {int(column[row])} is out of range [0, {limit})")
-        return actions.astype(np.int64, copy=False)
+        # A writable copy: a read-only array (one that arrived over a link) would make numba
+        # compile a second specialisation of the step kernel, stalling the first step for a minute.
+        return np.array(actions, dtype=np.int64)
 
     def step(self, actions: np.ndarray) -> Step:
         """Play one step of every game; games that end are reset (see the module docstring)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import re
 import time
 import traceback
@@ -129,6 +130,8 @@ class Actor:
     mailbox_size: ClassVar[int] = 1024
     ref: ActorRef
     system: ActorSystem
+    context: Any = None
+    """The supervisor's TreeContext (run config, run dir), set before a supervised actor starts; None otherwise."""
 
     async def on_start(self) -> None:
         """Runs before the first message; an exception here is a crash."""
@@ -274,9 +277,28 @@ class _Cell:
             if item.reply:
                 item.reply(None, exc if isinstance(exc, RemoteError) else RemoteError(type(exc).__name__, str(exc)))
             return
+        if isinstance(result, asyncio.Future):
+            # A deferred reply: the future answers the ask when it resolves, and the actor takes
+            # further messages meanwhile (an InferenceActor batching requests from many askers).
+            if item.reply:
+                result.add_done_callback(functools.partial(self._reply_deferred, item.reply))
+            return
         if item.reply:
             self.messages_out += 1
             item.reply(result, None)
+
+    def _reply_deferred(self, reply: Reply, future: asyncio.Future[Any]) -> None:
+        if future.cancelled():
+            reply(None, ActorDown(f"{self.path} dropped the request before replying"))
+            return
+        exc = future.exception()
+        if exc is None:
+            self.messages_out += 1
+            reply(future.result(), None)
+        elif isinstance(exc, FiveActorsError):
+            reply(None, exc if isinstance(exc, (RemoteError, ActorDown)) else RemoteError(type(exc).__name__, str(exc)))
+        else:
+            reply(None, RemoteError(type(exc).__name__, str(exc)))
 
     async def _cancel_tasks(self) -> None:
         tasks = [t for t in self.tasks if not t.done()]

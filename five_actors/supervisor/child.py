@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from five_actors.runtime.actor import Actor, ActorRef, ActorSystem
 
 if TYPE_CHECKING:
+    from five_actors.config import Config
     from five_actors.supervisor.config import ChildSpec
 
 
@@ -28,13 +29,15 @@ class TreeContext:
     system: ActorSystem
     """The actor system of this node."""
     run_dir: Path | None = None
-    """The run directory (token, logs); process and host children need it."""
+    """The run directory (token, logs, config.json, checkpoints); process and host children need it."""
     node: Any = None
     """The five_actors.runtime.node.Node hosting this tree, when there is one (process and host children)."""
     hosts: Any = None
     """The five_actors.supervisor.hosts.HostRegistry of a head node, for host children."""
     log_level: str = "info"
     """Log level handed to child OS processes."""
+    config: Config | None = None
+    """The run's whole resolved config (RUN_DIR/config.json); actors read their settings from it."""
 
 
 class Incarnation(abc.ABC):

@@ -2,7 +2,8 @@
 
     GET  /health            200 when every permanent child in the tree is up, else 503 with reasons
     GET  /actors            the whole tree across processes and hosts, as JSON
-    GET  /metrics           Prometheus text (restarts, mailbox depth, message rates, links, GPUs)
+    GET  /metrics           Prometheus text (restarts, mailbox depth, message rates, links, GPUs, and
+                            every number an actor reports in status()["metrics"])
     POST /control/kill      {"path": "/root/x"}: kill that actor on this node (needs the token)
     POST /control/shutdown  stop this node's tree cleanly, as SIGTERM does (needs the token)
 """
@@ -10,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +27,7 @@ VIEW_KEY = web.AppKey("five_actors.agent", NodeAgent)
 """`app[VIEW_KEY]` is the node's agent, which builds every view these routes serve."""
 SHUTDOWN_KEY = web.AppKey("five_actors.shutdown", asyncio.Event)
 """Set by POST /control/shutdown; the process's main loop waits on it."""
+_METRIC_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 
 def problems(view: dict[str, Any]) -> list[str]:
@@ -91,6 +94,25 @@ class _ViewCollector(Collector):
                 gpu_util.add_metric([node["node"], str(gpu["index"])], gpu["utilization_pct"])
                 gpu_mem.add_metric([node["node"], str(gpu["index"])], gpu["memory_used_bytes"])
         yield from (restarts, up, mailbox, rate_in, rate_out, link, gpu_util, gpu_mem)
+        yield from _actor_metrics(self.view)
+
+
+def _actor_metrics(view: dict[str, Any]) -> list[GaugeMetricFamily]:
+    """Each number an actor reports in `status()["metrics"]` as gauge `five_actors_NAME{path, node}`.
+
+    This is how the training facts (losses, staleness, reuse, throughput, ratings, reward
+    components) of the five actors reach /metrics.
+    """
+    families: dict[str, GaugeMetricFamily] = {}
+    for a in view["actors"]:
+        for name, value in ((a.get("status") or {}).get("metrics") or {}).items():
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not _METRIC_NAME.match(name):
+                continue
+            family = families.get(name)
+            if family is None:
+                family = families[name] = GaugeMetricFamily(f"five_actors_{name}", f"{name} reported by the actor at path", labels=["path", "node"])
+            family.add_metric([a["path"], str(a.get("node"))], float(value))
+    return list(families.values())
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from five_actors.config import from_mapping
+from five_actors.config import Config, config_to_dict, from_mapping, write_run_config
 from five_actors.errors import FiveActorsError, SupervisorError
 from five_actors.runtime.actor import Actor, message
 from five_actors.supervisor.agent import AGENT_PATH, NodeAgent
@@ -49,6 +49,8 @@ class StartSubtree:
 
     spec: dict[str, Any]
     path: str
+    config: dict[str, Any] | None = None
+    """The head's resolved run config (as config.json holds it), for the subtree's actors."""
 
 
 @message
@@ -132,7 +134,8 @@ class HostIncarnation(Incarnation):
             raise SupervisorError(f"no host joined for child {self.spec.id!r} within {self.spec.start_timeout:g}s") from None
         self.exited.add_done_callback(lambda _: self.registry.release(self.host or "", self.path))
         agent = f"{self.host}{AGENT_PATH}"
-        await self.context.system.ask(agent, StartSubtree(dataclasses.asdict(self.spec), self.path), self.spec.start_timeout)
+        config = None if self.context.config is None else config_to_dict(self.context.config)
+        await self.context.system.ask(agent, StartSubtree(dataclasses.asdict(self.spec), self.path, config), self.spec.start_timeout)
         self.context.system.watch_address(f"{self.host}{self.path}", self._exit)
 
     async def stop(self, timeout: float) -> str:
@@ -191,6 +194,11 @@ class HostAgent(NodeAgent):
     async def on_start_subtree(self, msg: StartSubtree) -> str:
         """Start the subtree at its path (replacing a stale one); returns its address once it runs."""
         spec = from_mapping(ChildSpec, msg.spec, msg.path)
+        if msg.config is not None:
+            # The head's config becomes this host's: its actors and process children read it.
+            self.context.config = from_mapping(Config, msg.config, "config")
+            if self.context.run_dir is not None:
+                write_run_config(self.context.config, self.context.run_dir)
         if self.system.is_alive(msg.path):
             await self.system.stop(msg.path, spec.shutdown_timeout)
         ref = self.system.spawn(Supervisor(spec, self.context), msg.path)

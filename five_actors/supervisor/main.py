@@ -16,13 +16,14 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
 import structlog
 
-from five_actors.config import Config, from_mapping
+from five_actors.config import RUN_CONFIG, Config, from_mapping, read_run_config, write_run_config
 from five_actors.errors import ConfigError, FiveActorsError
 from five_actors.logs import configure_logging
 from five_actors.runtime.actor import NORMAL_EXITS, Actor
@@ -72,6 +73,21 @@ def read_token(path: Path) -> str:
     return token
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on `host` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def resolve_run_config(config: Config) -> Config:
+    """The config as the run uses it: a learner rendezvous port of 0 becomes a free port."""
+    training = config.training
+    if training.rendezvous_port == 0:
+        training = dataclasses.replace(training, rendezvous_port=free_port(training.rendezvous_host))
+    return dataclasses.replace(config, training=training)
+
+
 def _shutdown_timeout(spec: SupervisorSpec) -> float:
     """Long enough to stop every child of `spec` one after the other, with their subtrees."""
     return sum(c.shutdown_timeout + (_shutdown_timeout(c) if c.children else 0.0) for c in spec.children) + 5.0
@@ -107,11 +123,17 @@ async def _first(*aws: Any) -> None:
             task.cancel()
 
 
-async def up(config: Config, run_dir: Path, host: str | None, port: int | None, duration: float | None, out: TextIO) -> int:
-    """Run the head: the root supervisor and its tree, HTTP, a live progress line, until stopped."""
+async def up(config: Config, run_dir: Path, host: str | None, port: int | None, duration: float | None, out: TextIO,
+             progress: Callable[[dict[str, Any], float], str] | None = None) -> int:
+    """Run the head: the root supervisor and its tree, HTTP, a live progress line, until stopped.
+
+    `progress` builds the live line from the tree's view and the seconds elapsed (default: ProgressLine).
+    """
     check_importable(config.tree)
     run_dir.mkdir(parents=True, exist_ok=True)
     token = write_token(run_dir)
+    config = resolve_run_config(config)
+    write_run_config(config, run_dir)
     configure_logging(HEAD_NODE, run_dir / "logs")
     try:
         node_config = dataclasses.replace(config.node, **{k: v for k, v in (("host", host), ("port", port)) if v is not None})
@@ -124,10 +146,10 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
     out.write(f"serving http://{node_config.host}:{node.port} (/health /actors /metrics), links at {node.url}/ws\n")
     out.flush()
     node.system.spawn(registry, REGISTRY_PATH)
-    context = TreeContext(node.system, run_dir, node, hosts=registry)
+    context = TreeContext(node.system, run_dir, node, hosts=registry, config=config)
     root = node.system.spawn(Supervisor(config.tree, context), ROOT_PATH)
     started = asyncio.ensure_future(node.system.wait_started(root))
-    ticker = asyncio.get_running_loop().create_task(_print_progress(agent, out))
+    ticker = asyncio.get_running_loop().create_task(_print_progress(agent, out, progress or ProgressLine()))
     root_exit = asyncio.ensure_future(node.system.wait(root))
     deadline = asyncio.sleep(duration) if duration is not None else asyncio.Event().wait()
     try:
@@ -154,10 +176,9 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
     return 0
 
 
-async def _print_progress(agent: NodeAgent, out: TextIO) -> None:
+async def _print_progress(agent: NodeAgent, out: TextIO, progress_line: Callable[[dict[str, Any], float], str]) -> None:
     started = time.monotonic()
     live = out.isatty()
-    progress_line = ProgressLine()
     while True:
         await asyncio.sleep(1.0)
         with contextlib.suppress(FiveActorsError):
@@ -171,12 +192,16 @@ async def child_node(node_id: str, path: str, spec_json: str, parent: str, run_d
     configure_logging(node_id, Path(run_dir) / "logs" if run_dir else None, log_level)
     token = os.environ.get(TOKEN_ENV, "")
     spec = from_mapping(ChildSpec, orjson.loads(spec_json), path)
-    node, agent, shutdown = await _start_node(node_id, token, NodeConfig(host="127.0.0.1", port=0), NodeAgent)
+    config = read_run_config(Path(run_dir)) if run_dir and (Path(run_dir) / RUN_CONFIG).is_file() else None
+    # The run's [node] settings (link limits, heartbeat) hold for its process children too; they listen on any free local port.
+    node_config = dataclasses.replace(config.node if config else NodeConfig(), host="127.0.0.1", port=0)
+    node, agent, shutdown = await _start_node(node_id, token, node_config, NodeAgent)
     node.system.spawn(agent, AGENT_PATH)
     try:
         await node.connect(parent)
-        context = TreeContext(node.system, Path(run_dir) if run_dir else None, node, log_level=log_level)
+        context = TreeContext(node.system, Path(run_dir) if run_dir else None, node, log_level=log_level, config=config)
         hosted: Actor = Supervisor(spec, context) if spec.is_tree else import_class(spec.actor, f"{spec.id}.actor")(**spec.args)
+        hosted.context = context  # before it starts, as in the parent's supervisor
         ref = node.system.spawn(hosted, path)
         reason = await node.system.wait_started(ref)
     except Exception as exc:  # noqa: BLE001 - whatever stops the start is the child's exit reason

@@ -69,7 +69,9 @@ def make_incarnation(spec: ChildSpec, path: str, context: TreeContext) -> Incarn
     """A not-yet-started incarnation of `spec` at actor path `path`."""
     if spec.kind == "actor":
         cls = import_class(spec.actor, f"{spec.id}.actor")
-        return LocalIncarnation(spec, path, context.system, cls(**spec.args))
+        actor = cls(**spec.args)
+        actor.context = context  # before it starts: on_start may read the run's config and run dir
+        return LocalIncarnation(spec, path, context.system, actor)
     if spec.kind == "supervisor":
         return LocalIncarnation(spec, path, context.system, Supervisor(spec, context))
     if spec.kind == "process":

@@ -1,0 +1,203 @@
+"""A learner's experience buffer: Rollout chunks checked on arrival, sampled into minibatches.
+
+Each chunk remembers the policy version that played it and how often it has been trained on.
+Every chunk that never reaches an optimizer step is counted by why: refused (wrong
+architecture or shapes), dropped as too stale, or evicted unused from a full buffer.
+Sample reuse is samples consumed / samples produced over the last `window_s` seconds.
+
+The buffer is shared by the actor's event loop (which adds chunks) and its training thread
+(which samples them), so every method holds the lock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from five_actors.actors.messages import Rollout
+from five_actors.errors import TrainingError
+from five_actors.model.ppo import Chunks
+from five_actors.model.spec import ModelSpec
+
+TIME_MAJOR = ("obs", "actions", "logp", "values", "rewards", "dones", "starts", "advantages", "returns")
+"""Rollout fields shaped [T, B, ...]."""
+
+
+@dataclass
+class Chunk:
+    """One T-step chunk of one row: arrays without the B axis, and its bookkeeping."""
+
+    version: int
+    arrays: dict[str, np.ndarray]
+    masks: dict[str, np.ndarray]
+    uses: int = 0
+
+
+@dataclass
+class Counters:
+    """Chunks by fate, for the logs and metrics."""
+
+    received: int = 0
+    refused: int = 0
+    dropped_stale: int = 0
+    evicted_unused: int = 0
+    consumed: int = 0
+    """Chunk uses by optimizer steps (a chunk trained on twice counts twice)."""
+
+
+@dataclass
+class Minibatch:
+    """Chunks picked for one step, with their staleness and which were never trained on before."""
+
+    chunks: list[Chunk]
+    staleness: list[int]
+    fresh: list[bool] = field(default_factory=list)
+
+
+def check_rollout(msg: Rollout, spec: ModelSpec, chunk_steps: int) -> int:
+    """Refuse a Rollout of another architecture or with any misshapen field; returns B."""
+    if msg.arch != spec.hash:
+        raise TrainingError(f"architecture {msg.arch!r}, the learner's is {spec.hash!r}")
+    if not isinstance(msg.obs, np.ndarray) or msg.obs.ndim != 3:
+        raise TrainingError(f"obs must be a [T, B, D] array, got {getattr(msg.obs, 'shape', type(msg.obs).__name__)}")
+    steps, batch = msg.obs.shape[:2]
+    lstm, types = spec.lstm_size, len(spec.actions.types)
+    expected: dict[str, tuple[tuple[int, ...], str]] = {
+        "obs": ((chunk_steps, batch, spec.obs.size), "f"),
+        "actions": ((chunk_steps, batch, spec.actions.columns), "i"),
+        "dones": ((chunk_steps, batch), "b"),
+        "starts": ((chunk_steps, batch), "b"),
+        "versions": ((batch,), "i"),
+        "h": ((batch, lstm), "f"),
+        "c": ((batch, lstm), "f"),
+        **{name: ((chunk_steps, batch), "f") for name in ("logp", "values", "rewards", "advantages", "returns")},
+    }
+    for name, (shape, kind) in expected.items():
+        _check_array(name, getattr(msg, name), shape, kind)
+    masks = {"type": (chunk_steps, batch, types), **{h.name: (chunk_steps, batch, types, h.size) for h in spec.actions.heads}}
+    if not isinstance(msg.masks, dict) or set(msg.masks) != set(masks):
+        raise TrainingError(f"masks have keys {sorted(msg.masks) if isinstance(msg.masks, dict) else msg.masks!r}, expected {sorted(masks)}")
+    for name, shape in masks.items():
+        _check_array(f"masks[{name!r}]", msg.masks[name], shape, "b")
+    for name in ("obs", "logp", "values", "rewards", "advantages", "returns", "h", "c"):
+        if not np.isfinite(getattr(msg, name)).all():
+            raise TrainingError(f"{name} holds NaN or inf")
+    if (msg.actions < 0).any():
+        raise TrainingError("actions hold negative choices")
+    return batch
+
+
+def _check_array(name: str, value: object, shape: tuple[int, ...], kind: str) -> None:
+    if not isinstance(value, np.ndarray):
+        raise TrainingError(f"{name} must be an array, got {type(value).__name__}")
+    if value.shape != shape or value.dtype.kind != kind:
+        raise TrainingError(f"{name} is {value.dtype} {value.shape}, expected {_KINDS[kind]} {shape}")
+
+
+_KINDS = {"f": "float", "i": "int", "b": "bool"}
+
+
+class ExperienceBuffer:
+    """At most `capacity` chunks, oldest first."""
+
+    def __init__(self, capacity: int, chunk_steps: int, window_s: float) -> None:
+        self.capacity = capacity
+        self.chunk_steps = chunk_steps
+        self.window_s = window_s
+        self.chunks: deque[Chunk] = deque()
+        self.counters = Counters()
+        self._produced: deque[tuple[float, int]] = deque()
+        self._consumed: deque[tuple[float, int]] = deque()
+        self._lock = threading.Lock()
+        self._started = time.monotonic()
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def add(self, msg: Rollout, batch: int) -> None:
+        """Split a checked Rollout into its B chunks and append them, evicting the oldest when full."""
+        now = time.monotonic()
+        with self._lock:
+            for b in range(batch):
+                arrays = {name: getattr(msg, name)[:, b] for name in TIME_MAJOR}
+                arrays["h"], arrays["c"] = msg.h[b], msg.c[b]
+                self.chunks.append(Chunk(int(msg.versions[b]), arrays, {k: v[:, b] for k, v in msg.masks.items()}))
+                if len(self.chunks) > self.capacity and self.chunks.popleft().uses == 0:
+                    self.counters.evicted_unused += 1
+            self.counters.received += batch
+            self._produced.append((now, batch))
+
+    def refused(self, batch: int) -> None:
+        """Count `batch` chunks refused on arrival."""
+        with self._lock:
+            self.counters.refused += batch
+
+    def reuse(self, now: float | None = None) -> float:
+        """Samples consumed / samples produced over the window (inf when consumed with nothing produced)."""
+        with self._lock:
+            produced, consumed = self._window(now or time.monotonic())
+        if produced == 0:
+            return 0.0 if consumed == 0 else float("inf")
+        return consumed / produced
+
+    def consumed_per_s(self, now: float | None = None) -> float:
+        """Samples (chunk steps) consumed per second over the window."""
+        now = now or time.monotonic()
+        with self._lock:
+            consumed = self._window(now)[1]
+        return consumed * self.chunk_steps / max(min(self.window_s, now - self._started), 1e-3)
+
+    def _window(self, now: float) -> tuple[int, int]:
+        for events in (self._produced, self._consumed):
+            while events and events[0][0] < now - self.window_s:
+                events.popleft()
+        return sum(n for _, n in self._produced), sum(n for _, n in self._consumed)
+
+    def ready(self, count: int, version: int, max_staleness: int, max_reuse: float) -> bool:
+        """Drop chunks too stale for `version`; then whether `count` chunks may be taken: enough of them,
+        and taking them keeps samples consumed / produced within `max_reuse`."""
+        with self._lock:
+            stale = [c for c in self.chunks if version - c.version > max_staleness]
+            if stale:
+                self.counters.dropped_stale += sum(1 for c in stale if c.uses == 0)
+                self.chunks = deque(c for c in self.chunks if version - c.version <= max_staleness)
+            produced, consumed = self._window(time.monotonic())
+            return len(self.chunks) >= count and consumed + count <= max_reuse * produced
+
+    def take(self, count: int, version: int, rng: np.random.Generator) -> Minibatch:
+        """Pick `count` chunks at random (after `ready` said yes; chunks only arrive in between)."""
+        with self._lock:
+            picked = [self.chunks[i] for i in rng.choice(len(self.chunks), size=count, replace=False)]
+            fresh = [c.uses == 0 for c in picked]
+            for c in picked:
+                c.uses += 1
+            self.counters.consumed += count
+            self._consumed.append((time.monotonic(), count))
+        return Minibatch(picked, [version - c.version for c in picked], fresh)
+
+
+def to_chunks(chunks: list[Chunk], device: torch.device) -> Chunks:
+    """Stack chunks along B into the time-major tensors PPO trains on."""
+
+    def stack(values: list[np.ndarray], axis: int) -> torch.Tensor:
+        return torch.from_numpy(np.stack(values, axis=axis)).to(device)
+
+    first = chunks[0]
+    return Chunks(
+        obs=stack([c.arrays["obs"] for c in chunks], 1),
+        masks={k: stack([c.masks[k] for c in chunks], 1) for k in first.masks},
+        actions=stack([c.arrays["actions"] for c in chunks], 1),
+        logp=stack([c.arrays["logp"] for c in chunks], 1),
+        values=stack([c.arrays["values"] for c in chunks], 1),
+        rewards=stack([c.arrays["rewards"] for c in chunks], 1),
+        dones=stack([c.arrays["dones"] for c in chunks], 1),
+        starts=stack([c.arrays["starts"] for c in chunks], 1),
+        advantages=stack([c.arrays["advantages"] for c in chunks], 1),
+        returns=stack([c.arrays["returns"] for c in chunks], 1),
+        state=(stack([c.arrays["h"] for c in chunks], 0), stack([c.arrays["c"] for c in chunks], 0)),
+    )

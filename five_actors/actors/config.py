@@ -1,0 +1,93 @@
+"""The `[training]` config section: the settings the five actors share.
+
+Every actor of the training tree reads it from its TreeContext (`self.context.config.training`),
+which the supervisor sets before the actor starts; process children load the run's resolved
+config from RUN_DIR/config.json.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """How the five actors play, batch and train (DESIGN.md "The five actors and one training step")."""
+
+    seed: int = 0
+    """Base random seed; each actor derives its own from it and its path."""
+    games_per_actor: int = 4
+    """Lane games each GameActor steps as one batch."""
+    rollout_chunk_steps: int = 16
+    """Steps T per rollout chunk (and per BPTT segment on the learner)."""
+    gae_window: int = 16
+    """Steps after a chunk that GAE looks ahead before bootstrapping from the value there."""
+    past_opponent_share: float = 0.2
+    """Share of games whose team 1 plays a past version from the opponent pool (paper: 20%)."""
+    inference_batch_rows: int = 256
+    """An InferenceActor runs a forward pass once this many rows are waiting..."""
+    inference_deadline_ms: float = 2.0
+    """...or once the oldest waiting request is this old."""
+    inference_torch_threads: int = 1
+    """Torch intra-op threads of an InferenceActor's process on the CPU (0: torch's default; small batches run best on 1)."""
+    learner_torch_threads: int = 1
+    """Torch intra-op threads of a LearnerActor's process on the CPU (0: torch's default; learners sharing cores run best on 1)."""
+    inference_cache_versions: int = 4
+    """Past policy versions an InferenceActor keeps in memory (LRU) for opponent rows."""
+    infer_timeout_s: float = 10.0
+    """How long a GameActor waits for an InferReply before retrying (the steps are counted lost)."""
+    buffer_chunks: int = 256
+    """Rollout chunks the learner's buffer holds; the oldest are dropped (and counted) when full."""
+    minibatch_chunks: int = 32
+    """Chunks per learner minibatch (one optimizer step)."""
+    publish_every: int = 4
+    """Optimizer steps between two parameter versions sent to the ParamServer (K)."""
+    max_staleness: int = 4
+    """Chunks played by a version older than latest - max_staleness are dropped (counted), not trained on."""
+    max_sample_reuse: float = 2.0
+    """Most times a chunk is trained on, on average; the learner waits for fresh data beyond it."""
+    reuse_window_s: float = 30.0
+    """Seconds over which sample reuse (samples consumed / samples produced) is measured."""
+    allreduce_timeout_s: float = 60.0
+    """How long a learner waits on its peers in a collective before failing (its group then restarts)."""
+    checkpoint_every: int = 10
+    """The ParamServer writes a checkpoint every this many versions (and on stop)."""
+    keep_checkpoints: int = 3
+    """Latest checkpoints kept on disk; opponent-pool members' checkpoints are kept as well."""
+    pool_add_every: int = 10
+    """Every this many versions, the latest joins the opponent pool."""
+    pool_max_versions: int = 64
+    """Most versions in the opponent pool; beyond it the least likely one (lowest q) leaves."""
+    pool_eta: float = 0.01
+    """Step size of the pool's quality scores (p_i proportional to exp(q_i))."""
+    eval_every_s: float = 60.0
+    """Seconds between two evaluation rounds of the EvalActor."""
+    eval_games: int = 16
+    """Games per opponent in one evaluation round."""
+    eval_past_versions: int = 2
+    """Frozen past versions the EvalActor also plays in each round (besides the random and scripted bots)."""
+    rendezvous_host: str = "127.0.0.1"
+    """Host of the learners' torch.distributed rendezvous (learner rank 0's host)."""
+    rendezvous_port: int = 0
+    """Port of the learners' rendezvous; 0: `up` picks a free one and writes it into RUN_DIR/config.json."""
+
+    def __post_init__(self) -> None:
+        at_least_one = ("games_per_actor", "rollout_chunk_steps", "inference_batch_rows", "inference_cache_versions", "buffer_chunks",
+                        "minibatch_chunks", "publish_every", "checkpoint_every", "keep_checkpoints", "pool_add_every", "eval_games",
+                        "pool_max_versions")  # fmt: skip
+        for name in at_least_one:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("gae_window", "max_staleness", "eval_past_versions", "inference_deadline_ms", "inference_torch_threads",
+                     "learner_torch_threads"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.past_opponent_share <= 1.0:
+            raise ValueError(f"past_opponent_share must be within [0, 1], got {self.past_opponent_share}")
+        for name in ("infer_timeout_s", "max_sample_reuse", "pool_eta", "eval_every_s", "reuse_window_s", "allreduce_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.minibatch_chunks > self.buffer_chunks:
+            raise ValueError(f"minibatch_chunks ({self.minibatch_chunks}) must not exceed buffer_chunks ({self.buffer_chunks})")
+        if not 0 <= self.rendezvous_port <= 65535:
+            raise ValueError(f"rendezvous_port must be in 0..65535, got {self.rendezvous_port}")

@@ -1,0 +1,259 @@
+"""The EvalActor: plays the latest policy against fixed references and keeps TrueSkill ratings.
+
+Every `training.eval_every_s` seconds it fetches the latest parameters from the ParamServer
+and plays `training.eval_games` games (one batch of its own LaneGame, the policy on team 0 in
+even games and team 1 in odd ones, acting locally on this process's device) against each of:
+the random bot, the scripted bot, and up to `training.eval_past_versions` frozen past versions
+it evaluated before. Ratings follow the paper's TrueSkill settings with the random bot pinned
+as the scale's zero (five_actors.actors.ratings). Each round logs one `eval_result` event per
+opponent (win rate with its 95% Wilson interval, TrueSkill), records the first game against
+the scripted bot to RUN_DIR/replays/, and saves the ratings to RUN_DIR/eval/ratings.json, which
+a resumed run reads back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import structlog
+import torch
+
+from five_actors.actors.messages import GetParams, GetStats, Params
+from five_actors.actors.ratings import Ratings, load_state, save_state, wilson_interval
+from five_actors.config import Config
+from five_actors.errors import ConfigError, FiveActorsError
+from five_actors.game.bots import RandomBot, ScriptedBot
+from five_actors.game.config import GameConfig
+from five_actors.game.env import LaneGame
+from five_actors.game.match import Bot, replay_meta
+from five_actors.game.replay import Recorder
+from five_actors.model.policy import Policy
+from five_actors.model.spec import ModelSpec
+from five_actors.runtime.actor import Actor
+from five_actors.supervisor.processes import DEVICE_ENV
+
+log = structlog.get_logger("five_actors.actors")
+
+RATINGS_FILE = Path("eval") / "ratings.json"
+"""Where, under the run directory, the evaluator keeps its ratings."""
+
+
+class PolicyPlayer:
+    """A policy playing a fixed set of rows: keeps their LSTM state, resets it when a game ends."""
+
+    def __init__(self, policy: Policy, rows: int) -> None:
+        self.policy = policy
+        self.state = policy.initial_state(rows)
+
+    def act(self, obs: np.ndarray, masks: dict[str, np.ndarray]) -> np.ndarray:
+        out = self.policy.act(obs, masks, self.state)
+        self.state = out.state
+        return out.actions.cpu().numpy()
+
+    def reset(self, done: np.ndarray) -> None:
+        """Zero the state of the rows whose game just ended."""
+        keep = torch.as_tensor(~done, device=self.policy.device).to(self.state[0].dtype).unsqueeze(-1)
+        self.state = (self.state[0] * keep, self.state[1] * keep)
+
+
+def policy_from_params(params: Params, device: str) -> Policy:
+    """A Policy holding `params`; refuses parameters whose spec does not hash to their `arch`."""
+    spec = ModelSpec.from_dict(params.spec)
+    if spec.hash != params.arch:
+        raise FiveActorsError(f"params of version {params.version} claim architecture {params.arch} but their spec is {spec.hash}")
+    policy = Policy(spec).to(device)
+    try:
+        policy.load_state_dict({k: torch.as_tensor(np.array(v)) for k, v in params.state.items()})
+    except RuntimeError as exc:
+        raise FiveActorsError(f"params of version {params.version} do not fit their spec: {exc}") from None
+    policy.eval()
+    return policy
+
+
+def play_round(config: GameConfig, policy: Policy, opponent: Bot | Policy, games: int, seed: int,
+               record: Path | None = None) -> list[float]:
+    """Play `games` games of `policy` against `opponent` until each has ended once.
+
+    Returns the policy's outcome per game (1 win, 0.5 draw, 0 loss); with `record`, saves the
+    replay of game 0 (the policy on team 0) there.
+    """
+    env = LaneGame(dataclasses.replace(config, games_per_batch=games, seed=seed))
+    obs, masks = env.reset(seed)
+    hps = env.agents_per_team
+    rows = np.arange(env.num_rows)
+    game_of, team_of = rows // (2 * hps), (rows // hps) % 2
+    side = game_of % 2  # the policy's team in each row's game
+    mine = team_of == side
+    player = PolicyPlayer(policy, int(mine.sum()))
+    other: Any = PolicyPlayer(opponent, int((~mine).sum())) if isinstance(opponent, Policy) else opponent
+    recorder = Recorder(replay_meta(config, seed)) if record is not None else None
+    if recorder is not None:
+        recorder.frame(0, env.units_frame(0), [])
+    outcomes: dict[int, float] = {}
+    step_no = 0
+    while len(outcomes) < games:
+        step_no += 1
+        actions = np.zeros((env.num_rows, env.action_spec.columns), dtype=np.int64)
+        actions[mine] = player.act(obs[mine], {k: m[mine] for k, m in masks.items()})
+        actions[~mine] = other.act(obs[~mine], {k: m[~mine] for k, m in masks.items()})
+        step = env.step(actions)
+        obs, masks = step.obs, step.masks
+        for result in env.results:
+            game, winner = result["game"], result["winner"]
+            if game not in outcomes:
+                outcomes[game] = 0.5 if winner < 0 else float(winner == game % 2)
+                if game == 0 and recorder is not None and record is not None:
+                    recorder.frame(step_no, env.units_frame(0), env.events(0))
+                    recorder.save(record, {k: v for k, v in result.items() if k != "game"})
+                    recorder = None
+        env.results.clear()
+        if recorder is not None:
+            recorder.frame(step_no, env.units_frame(0), env.events(0))
+        if step.dones.any():
+            player.reset(step.dones[mine])
+            if isinstance(other, PolicyPlayer):
+                other.reset(step.dones[~mine])
+    return [outcomes[g] for g in range(games)]
+
+
+class EvalActor(Actor):
+    """Rates the latest policy against the random bot, the scripted bot and past versions (module docstring)."""
+
+    def __init__(self, params: str = "head/root/params", ask_timeout_s: float = 30.0) -> None:
+        self.params = params
+        self.ask_timeout_s = ask_timeout_s
+        self.ratings = Ratings()
+        self.history: list[int] = []
+        """Versions rated so far, oldest first: the frozen past opponents are drawn from them."""
+        self.rounds = 0
+        self.last: dict[str, Any] = {}
+        """The latest round: version, per-opponent results, the policy's score."""
+
+    async def on_start(self) -> None:
+        config: Config | None = getattr(self.context, "config", None)
+        if config is None:
+            raise ConfigError(f"{self.ref.path}: the EvalActor needs the run config (start it under a supervisor)")
+        self.config = config
+        self.training = config.training
+        self.device = os.environ.get(DEVICE_ENV) or config.model.device
+        self.run_dir: Path | None = self.context.run_dir
+        self.log = log.bind(actor=self.ref.path)
+        saved = load_state(self.run_dir / RATINGS_FILE) if self.run_dir is not None else None
+        if saved is not None:
+            self.ratings = Ratings.from_dict(saved["ratings"])
+            self.history = [int(v) for v in saved["history"]]
+            self.rounds = int(saved["rounds"])
+            self.last = dict(saved.get("last") or {})
+            self.log.info("eval_resumed", rounds=self.rounds, versions=len(self.history))
+        self.spawn_task(self._evaluate_forever(), f"{self.ref.path}:rounds")
+
+    async def on_stop(self) -> None:
+        self._save()
+
+    async def on_get_stats(self, _msg: GetStats) -> dict[str, Any]:
+        return self.stats()
+
+    def stats(self) -> dict[str, Any]:
+        """The latest round and the ratings table."""
+        return {"rounds": self.rounds, **self.last, "ratings": self.ratings.table()}
+
+    def status(self) -> dict[str, Any]:
+        metrics: dict[str, float] = {"eval_rounds": float(self.rounds)}
+        if self.last:
+            metrics["eval_version"] = float(self.last["version"])
+            metrics["eval_trueskill"] = float(self.last["trueskill"])
+            metrics["eval_trueskill_sigma"] = float(self.last["trueskill_sigma"])
+            for name, result in self.last["results"].items():
+                metrics[f"eval_win_rate_{'past' if name.startswith('v') else name}"] = float(result["win_rate"])
+        return {"rounds": self.rounds, "version": self.last.get("version"), "last": self.last, "metrics": metrics}
+
+    async def _evaluate_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.training.eval_every_s)
+            await self.evaluate()
+
+    async def _fetch(self, version: int) -> Params | None:
+        try:
+            params = await self.system.ask(self.params, GetParams(version), self.ask_timeout_s)
+        except FiveActorsError as exc:
+            self.log.info("eval_skipped", version=version, reason=f"no parameters: {exc}")
+            return None
+        if not isinstance(params, Params):
+            self.log.warning("eval_skipped", version=version, reason=f"the ParamServer answered {type(params).__name__}")
+            return None
+        return params
+
+    def _past_versions(self, latest: int) -> list[int]:
+        """Up to eval_past_versions earlier rated versions, spread from the oldest to the newest."""
+        past = [v for v in self.history if v != latest]
+        count = min(self.training.eval_past_versions, len(past))
+        if count == 0:
+            return []
+        picks = np.linspace(0, len(past) - 1, count).round().astype(int)
+        return sorted({past[i] for i in picks})
+
+    async def evaluate(self) -> dict[str, Any] | None:
+        """One round (see the module docstring); returns its summary, or None when there are no parameters yet."""
+        latest = await self._fetch(-1)
+        if latest is None:
+            return None
+        try:
+            policy = policy_from_params(latest, self.device)
+        except FiveActorsError as exc:
+            self.log.warning("params_refused", version=latest.version, reason=str(exc))
+            return None
+        me = f"v{latest.version}"
+        opponents: list[tuple[str, Bot | Policy]] = [("random", RandomBot(seed=self.training.seed + self.rounds)),
+                                                     ("scripted", ScriptedBot(self.config.game))]  # fmt: skip
+        for version in self._past_versions(latest.version):
+            params = await self._fetch(version)
+            if params is None or params.arch != latest.arch:
+                self.history.remove(version)  # gone from the ParamServer, or another architecture: no longer a reference
+                continue
+            opponents.append((f"v{version}", policy_from_params(params, self.device)))
+        started = time.monotonic()
+        results: dict[str, dict[str, Any]] = {}
+        for index, (name, opponent) in enumerate(opponents):
+            record = self._replay_path(latest.version, name) if name == "scripted" else None
+            seed = self.training.seed + 7919 * self.rounds + index
+            outcomes = await asyncio.to_thread(play_round, self.config.game, policy, opponent, self.training.eval_games, seed, record)
+            for outcome in outcomes:
+                self.ratings.record(me, name, outcome)
+            results[name] = self._result(latest.version, name, outcomes)
+        self.rounds += 1
+        if latest.version not in self.history:
+            self.history.append(latest.version)
+        mine = self.ratings.rating(me)
+        self.last = {"version": latest.version, "trueskill": round(self.ratings.score(me), 3),
+                     "trueskill_sigma": round(mine.sigma, 3), "results": results,
+                     "seconds": round(time.monotonic() - started, 2)}  # fmt: skip
+        for name, result in results.items():
+            self.log.info("eval_result", **result, trueskill=self.last["trueskill"], trueskill_sigma=self.last["trueskill_sigma"],
+                          opponent_trueskill=round(self.ratings.score(name), 3), round=self.rounds)  # fmt: skip
+        self._save()
+        return self.last
+
+    def _result(self, version: int, opponent: str, outcomes: list[float]) -> dict[str, Any]:
+        wins, draws = outcomes.count(1.0), outcomes.count(0.5)
+        score = wins + 0.5 * draws
+        low, high = wilson_interval(score, len(outcomes))
+        return {"version": version, "opponent": opponent, "games": len(outcomes), "wins": wins, "draws": draws,
+                "losses": len(outcomes) - wins - draws, "win_rate": round(score / len(outcomes), 4),
+                "ci_low": round(low, 4), "ci_high": round(high, 4)}  # fmt: skip
+
+    def _replay_path(self, version: int, opponent: str) -> Path | None:
+        if self.run_dir is None:
+            return None
+        return self.run_dir / "replays" / f"eval-r{self.rounds + 1:05d}-v{version}-vs-{opponent}.replay"
+
+    def _save(self) -> None:
+        if self.run_dir is None:
+            return
+        state = {"ratings": self.ratings.to_dict(), "history": self.history, "rounds": self.rounds, "last": self.last}
+        save_state(self.run_dir / RATINGS_FILE, state)

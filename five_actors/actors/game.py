@@ -1,0 +1,366 @@
+"""GameActor: steps a batch of lane games, acts through an InferenceActor, ships rollout chunks.
+
+Every hero of both teams of every game is a row of one batch. Team 0 always plays the latest
+policy; at each game's start team 1 plays a past version from the ParamServer's opponent pool
+with probability `training.past_opponent_share`, else the latest too. Each step sends every
+row's observation, masks and LSTM state in one InferRequest and applies the reply.
+
+Rows played by the latest policy are learned from: once a chunk of `rollout_chunk_steps` steps
+has `gae_window` more steps after it (plus one for the bootstrap value), GAE runs over chunk
+plus window and the chunk ships as one Rollout to the next learner (round-robin), without
+waiting for games to end. A row whose policy changed inside a chunk (its game ended and the
+next one is against a past version) is left out of that chunk and counted.
+
+Faults: an InferRequest that fails (the inference actor died or timed out) is retried, on the
+next inference actor when there are several, else on the same address once it is back; each
+failure counts as a lost step. A chunk whose learner is down is counted as lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import zlib
+from typing import Any
+
+import numpy as np
+import structlog
+import torch
+
+from five_actors.actors.inference import LATEST, actor_config
+from five_actors.actors.messages import (
+    GetStats, InferReply, InferRequest, MatchResult, Opponent, OpponentRequest, Rollout,
+)
+from five_actors.config import Config
+from five_actors.errors import ActorDown, AskTimeout, FiveActorsError, ModelError, RemoteError
+from five_actors.game.env import LaneGame
+from five_actors.model.ppo import gae
+from five_actors.model.spec import ModelSpec
+from five_actors.runtime.actor import Actor
+
+log = structlog.get_logger("five_actors.game_actor")
+
+OPPONENT_TIMEOUT_S = 2.0
+"""How long an OpponentRequest may take before the game is played against the latest policy."""
+
+RETRY_MAX_S = 1.0
+"""Longest wait between two tries of a failed InferRequest to the same address."""
+
+LEARNER_GRACE_S = 0.2
+"""A re-established watch that has not fired within this time means the learner is back."""
+
+
+@dataclasses.dataclass
+class _StepRecord:
+    """One batch step, every row: what the chunk and GAE need."""
+
+    obs: np.ndarray
+    masks: dict[str, np.ndarray]
+    h: np.ndarray
+    c: np.ndarray
+    actions: np.ndarray
+    logp: np.ndarray
+    values: np.ndarray
+    rewards: np.ndarray
+    dones: np.ndarray
+    starts: np.ndarray
+    versions: np.ndarray
+    latest: np.ndarray
+    """bool [rows]: the row played the latest policy at this step."""
+    components: dict[str, np.ndarray]
+    """Each reward component (the game's `reward/NAME` infos) per row."""
+
+
+class GameActor(Actor):
+    """Plays `training.games_per_actor` lane games; args: `inference` (one address or a list),
+    `learners` (addresses), `params` (the ParamServer's address)."""
+
+    def __init__(
+        self,
+        inference: str | list[str],
+        learners: list[str],
+        params: str,
+        config: Config | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.inference_addresses = [inference] if isinstance(inference, str) else list(inference)
+        if not self.inference_addresses:
+            raise ValueError("GameActor needs at least one inference actor address")
+        self.learner_addresses = list(learners)
+        self.params_address = params
+        self._config_arg = config
+        self.seed = seed
+        self.started = time.monotonic()
+        self.batch_steps = 0
+        self.env_steps = 0
+        self.rollouts_sent = 0
+        self.chunks_sent = 0
+        self.chunks_lost = 0
+        self.chunks_partial = 0
+        self.lost_steps = 0
+        self.infer_refused = 0
+        self.games_finished = 0
+        self.past_games = 0
+        self.match_results = 0
+        self.reward_totals: dict[str, float] = {}
+        self.buffer: list[_StepRecord] = []
+        # Learners count as up until a watch says otherwise, so the first chunks are not lost
+        # while the first watches are being set up.
+        self.learner_up = {address: True for address in self.learner_addresses}
+        self._next_learner = 0
+        self._next_inference = 0
+
+    async def on_start(self) -> None:
+        config = actor_config(self, self._config_arg)
+        self.training = training = config.training
+        # Each game actor plays its own games: its seed comes from the run's and its path.
+        seed = self.seed if self.seed is not None else (training.seed + zlib.crc32(self.ref.path.encode())) % 2**31
+        game_config = dataclasses.replace(config.game, games_per_batch=training.games_per_actor, seed=seed)
+        self.game = await asyncio.to_thread(LaneGame, game_config)  # may compile numba kernels
+        self.spec = ModelSpec.build(self.game.obs_spec, self.game.action_spec, config.model)
+        self.arch = self.spec.hash
+        self.gamma = config.ppo.gamma(1.0 / config.game.steps_per_second)
+        self.lam = config.ppo.gae_lambda
+        self.rng = np.random.default_rng(seed)
+        self.per_game = 2 * self.game.agents_per_team
+        self.opponents = np.full(self.game.num_games, LATEST, np.int64)
+        self.log = log.bind(actor=self.ref.path)
+        self.params = self.system.ref(self.params_address)
+        # Game actors spread over the inference actors; each moves on to the next one on a failure.
+        self._next_inference = zlib.crc32(self.ref.path.encode()) % len(self.inference_addresses)
+        for address in self.learner_addresses:
+            self.spawn_task(self._watch_learner(address), f"game:watch:{address}")
+        self.spawn_task(self._play(), "game:play")
+
+    # -- playing --------------------------------------------------------------------------
+
+    async def _play(self) -> None:
+        game = self.game
+        # The first game calls of a process may compile numba kernels for many seconds: they run
+        # off the event loop, as links need their heartbeats meanwhile. Later steps take about a
+        # millisecond, less than a thread hand-off costs on a busy machine.
+        obs, masks = await asyncio.to_thread(game.reset, self.seed)
+        rows, lstm = game.num_rows, self.spec.lstm_size
+        h = np.zeros((rows, lstm), np.float32)
+        c = np.zeros((rows, lstm), np.float32)
+        starts = np.ones(rows, np.bool_)
+        for g in range(game.num_games):
+            await self._pick_opponent(g)
+        while True:
+            latest = self._row_versions() == LATEST
+            reply = await self._infer(obs, masks, h, c)
+            actions = np.array(reply.actions)  # writable: a read-only array would make numba compile the kernel again
+            step = await asyncio.to_thread(game.step, actions) if self.batch_steps == 0 else game.step(actions)
+            self.buffer.append(_StepRecord(
+                obs, masks, h, c, actions, np.asarray(reply.logp), np.asarray(reply.value),
+                step.rewards, step.dones, starts, np.asarray(reply.versions), latest,
+                {k.removeprefix("reward/"): v for k, v in step.infos.items() if k.startswith("reward/")},
+            ))  # fmt: skip
+            self.batch_steps += 1
+            self.env_steps += game.num_games
+            self._add_rewards(step.infos, latest)
+            keep = ~step.dones[:, None]
+            h, c = np.asarray(reply.h) * keep, np.asarray(reply.c) * keep
+            starts = step.dones
+            obs, masks = step.obs, step.masks
+            for g in np.flatnonzero(step.dones[:: self.per_game]).tolist():
+                await self._game_over(g, float(step.infos["win"][g * self.per_game]))
+            await self._ship_ready()
+
+    def _row_versions(self) -> np.ndarray:
+        """The version each row plays: team 0 the latest, team 1 its game's opponent."""
+        heroes = self.game.agents_per_team
+        versions = np.full((self.game.num_games, 2, heroes), LATEST, np.int64)
+        versions[:, 1, :] = self.opponents[:, None]
+        return versions.reshape(-1)
+
+    async def _pick_opponent(self, game: int) -> None:
+        """Decide at a game's start whether team 1 plays a past version (asked of the ParamServer)."""
+        self.opponents[game] = LATEST
+        if self.rng.random() >= self.training.past_opponent_share:
+            return
+        try:
+            reply = await self.params.ask(OpponentRequest(), timeout=OPPONENT_TIMEOUT_S)
+        except FiveActorsError as exc:
+            self.log.warning("opponent_unavailable", error=str(exc))
+            return
+        if isinstance(reply, Opponent) and reply.version != LATEST:
+            self.opponents[game] = reply.version
+            self.past_games += 1
+
+    async def _game_over(self, game: int, team0_outcome: float) -> None:
+        """Report a game against a past version to the ParamServer, then pick the next opponent."""
+        self.games_finished += 1
+        opponent = int(self.opponents[game])
+        if opponent != LATEST:
+            try:
+                await self.params.tell(MatchResult(opponent, team0_outcome))
+                self.match_results += 1
+            except FiveActorsError as exc:
+                self.log.warning("match_result_lost", opponent=opponent, error=str(exc))
+        await self._pick_opponent(game)
+
+    async def _infer(self, obs: np.ndarray, masks: dict[str, np.ndarray], h: np.ndarray, c: np.ndarray) -> InferReply:
+        """Ask for every row's action, retrying through inference restarts (each failure is a lost step)."""
+        delay = 0.05
+        while True:
+            address = self.inference_addresses[self._next_inference]
+            request = InferRequest(obs, masks, h, c, self._row_versions(), self.arch)
+            try:
+                reply = await self.system.ask(address, request, self.training.infer_timeout_s)
+            except (ActorDown, AskTimeout) as exc:
+                self.lost_steps += 1
+                self.log.warning("infer_failed", inference=address, error=str(exc), lost_steps=self.lost_steps)
+            except RemoteError as exc:
+                self.infer_refused += 1
+                self.log.warning("infer_refused", inference=address, error=str(exc))
+                # A past version the inference actor cannot load: play those games against the latest.
+                if "version" in exc.message and np.any(self.opponents != LATEST):
+                    self.opponents[:] = LATEST
+            else:
+                if not isinstance(reply, InferReply) or np.shape(reply.actions)[0] != obs.shape[0]:
+                    raise ModelError(f"{address} answered {obs.shape[0]} rows with {_rows_of(reply)}")
+                return reply
+            if len(self.inference_addresses) > 1:
+                self._next_inference = (self._next_inference + 1) % len(self.inference_addresses)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_S)
+
+    def _add_rewards(self, infos: dict[str, np.ndarray], latest: np.ndarray) -> None:
+        for key, value in infos.items():
+            if key.startswith("reward/"):
+                name = key.removeprefix("reward/")
+                self.reward_totals[name] = self.reward_totals.get(name, 0.0) + float(value[latest].sum())
+
+    # -- shipping -------------------------------------------------------------------------
+
+    async def _ship_ready(self) -> None:
+        """Ship the oldest chunk once its GAE window and bootstrap value are in the buffer."""
+        steps, window = self.training.rollout_chunk_steps, self.training.gae_window
+        if len(self.buffer) < steps + window + 1:
+            return
+        chunk, span, bootstrap = self.buffer[:steps], self.buffer[: steps + window], self.buffer[steps + window]
+        del self.buffer[:steps]
+        whole = np.logical_and.reduce([s.latest for s in chunk])
+        self.chunks_partial += int(np.logical_or.reduce([s.latest for s in chunk]).sum() - whole.sum())
+        rows = np.flatnonzero(whole)
+        if not len(rows):
+            return
+        rollout = self._rollout(chunk, span, bootstrap, rows)
+        self._log_chunk(chunk, rows)
+        await self._send(rollout)
+
+    def _rollout(self, chunk: list[_StepRecord], span: list[_StepRecord], bootstrap: _StepRecord, rows: np.ndarray) -> Rollout:
+        """The chunk's rows `rows` as a Rollout, with GAE over chunk + window from the bootstrap value."""
+        steps = len(chunk)
+        pick = lambda name, records=chunk: np.stack([getattr(s, name)[rows] for s in records])  # noqa: E731
+        rewards = torch.from_numpy(pick("rewards", span))
+        values = torch.from_numpy(pick("values", span))
+        dones = torch.from_numpy(pick("dones", span))
+        last_value = torch.from_numpy(np.asarray(bootstrap.values[rows]))
+        advantages, returns = gae(rewards, values, dones, last_value, self.gamma, self.lam)
+        first = chunk[0]
+        return Rollout(
+            source=self.ref.address,
+            arch=self.arch,
+            versions=first.versions[rows].astype(np.int64),
+            obs=pick("obs"),
+            masks={k: np.stack([s.masks[k][rows] for s in chunk]) for k in first.masks},
+            actions=pick("actions"),
+            logp=pick("logp").astype(np.float32),
+            values=pick("values").astype(np.float32),
+            rewards=pick("rewards").astype(np.float32),
+            dones=pick("dones"),
+            starts=pick("starts"),
+            advantages=advantages[:steps].numpy().astype(np.float32),
+            returns=returns[:steps].numpy().astype(np.float32),
+            h=first.h[rows].astype(np.float32),
+            c=first.c[rows].astype(np.float32),
+            made_at=time.time(),
+        )
+
+    async def _send(self, rollout: Rollout) -> None:
+        """Tell the next learner that is up (round-robin); with none up the chunks are lost."""
+        count = len(rollout.versions)
+        n = len(self.learner_addresses)
+        for _ in range(n):
+            address = self.learner_addresses[self._next_learner]
+            self._next_learner = (self._next_learner + 1) % n
+            if not self.learner_up[address]:
+                continue
+            try:
+                await self.system.ref(address).tell(rollout, sender=self.ref)
+            except FiveActorsError as exc:
+                self.learner_up[address] = False
+                self.log.warning("rollout_send_failed", learner=address, error=str(exc))
+                continue
+            self.rollouts_sent += 1
+            self.chunks_sent += count
+            return
+        self.chunks_lost += count
+        self.log.warning("chunks_lost", chunks=count, chunks_lost=self.chunks_lost, reason="no learner is up")
+
+    def _log_chunk(self, chunk: list[_StepRecord], rows: np.ndarray) -> None:
+        """One event per shipped chunk: its shaped reward and each component, summed over its rows and steps."""
+        components = {f"reward_{name}": round(float(sum(s.components[name][rows].sum() for s in chunk)), 6) for name in chunk[0].components}
+        self.log.info("rollout_chunk", chunks=len(rows), steps=len(chunk), version=int(chunk[0].versions[rows].min()),
+                      reward=round(float(sum(s.rewards[rows].sum() for s in chunk)), 6), **components)
+
+    async def _watch_learner(self, address: str) -> None:
+        """Keep `learner_up[address]` current: down on its exit, up again once a new watch holds."""
+        loop = asyncio.get_running_loop()
+        while True:
+            gone: asyncio.Future[str] = loop.create_future()
+            unwatch = self.system.watch_address(address, lambda reason, f=gone: f.done() or f.set_result(reason))
+            try:
+                try:
+                    async with asyncio.timeout(LEARNER_GRACE_S):
+                        reason = await gone
+                except TimeoutError:
+                    if not self.learner_up[address]:
+                        self.learner_up[address] = True
+                        self.log.info("learner_up", learner=address)
+                    reason = await gone
+            finally:
+                unwatch()
+            if self.learner_up[address]:
+                self.log.warning("learner_down", learner=address, reason=reason)
+            self.learner_up[address] = False
+            await asyncio.sleep(0.5)
+
+    # -- stats ----------------------------------------------------------------------------
+
+    async def on_get_stats(self, msg: GetStats) -> dict[str, Any]:
+        return self.stats()
+
+    def stats(self) -> dict[str, Any]:
+        """Throughput, chunks and faults since this incarnation started."""
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        return {
+            "env_steps": self.env_steps,
+            "env_steps_per_s": self.env_steps / elapsed,
+            "batch_steps": self.batch_steps,
+            "rollouts_sent": self.rollouts_sent,
+            "chunks_sent": self.chunks_sent,
+            "chunks_lost": self.chunks_lost,
+            "chunks_partial": self.chunks_partial,
+            "lost_steps": self.lost_steps,
+            "infer_refused": self.infer_refused,
+            "games_finished": self.games_finished,
+            "past_opponent_games": self.past_games,
+            "match_results": self.match_results,
+            "rewards": dict(self.reward_totals),
+        }
+
+    def status(self) -> dict[str, Any]:
+        stats = self.stats()
+        metrics = {f"game_{k}": v for k, v in stats.items() if isinstance(v, (int, float))}
+        metrics.update({f"game_reward_{k}": v for k, v in self.reward_totals.items()})
+        return {"progress": {"env_steps": self.env_steps, "chunks": self.chunks_sent}, "metrics": metrics}
+
+
+def _rows_of(reply: Any) -> str:
+    if isinstance(reply, InferReply):
+        return f"{np.shape(reply.actions)[0]} rows"
+    return f"a {type(reply).__name__}"

@@ -1,0 +1,433 @@
+"""LearnerActor: an experience buffer, PPO steps in lockstep with its peers, gradients averaged by allreduce.
+
+One learner per OS process, pinned to a device by its supervisor. Rank r of a world of N joins
+a torch.distributed group (gloo on the CPU, NCCL on CUDA) at the rendezvous address in its args
+or `training.rendezvous_host/port`; a world of 1 needs no group. At start rank 0 fetches the
+ParamServer's latest parameters (and Adam's moments when they were checkpointed) and
+broadcasts them, so every rank, and a restarted group, continues from the same point.
+
+Each round, on a thread of its own so Rollouts keep arriving:
+1. every rank says whether it is ready (enough chunks, sample reuse under `max_sample_reuse`)
+   and whether it is stopping; an allreduce(MIN) of those flags decides for all, so all ranks
+   take the same number of steps, and all leave the group together when one stops;
+2. rank 0 folds the minibatch's fresh chunks into the value normaliser and broadcasts it;
+3. loss from five_actors.model.ppo; backward; gradients summed by one allreduce over a flat
+   buffer (plus a flag per rank whose loss was finite) and divided by N; PPO's per-parameter
+   clipping; Adam;
+4. rank 0 folds the fresh observations into the observation normaliser and broadcasts it;
+5. every `publish_every` steps the version advances; rank 0 sends PublishParams (and, every
+   `checkpoint_every` versions, OptimizerState) to the ParamServer.
+
+Events: learner_started, train_step (losses, staleness, reuse, samples/s, allreduce time),
+update_skipped, rollout_refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import numpy as np
+import structlog
+import torch
+import torch.distributed as dist
+
+from five_actors.actors.buffer import ExperienceBuffer, Minibatch, check_rollout, to_chunks
+from five_actors.actors.messages import GetParams, GetStats, Params, PublishParams, Rollout
+from five_actors.actors.param_server import GetOptimizerState, OptimizerState, resolve_settings
+from five_actors.actors.params import initial_policy, load_optimizer, load_state, model_spec, optimizer_arrays, state_arrays
+from five_actors.config import Config
+from five_actors.errors import ConfigError, FiveActorsError, ModelError, TrainingError
+from five_actors.model.policy import Policy
+from five_actors.model.ppo import PPO
+from five_actors.model.spec import ModelSpec
+from five_actors.runtime.actor import Actor
+from five_actors.supervisor.processes import DEVICE_ENV
+
+log = structlog.get_logger("five_actors.learner")
+
+T = TypeVar("T")
+
+IDLE_WAIT_S = 0.02
+"""Pause between rounds in which no rank was ready."""
+STOP_WAIT_S = 5.0
+"""How long a stopping learner waits to tell its peers (a dead peer makes that fail)."""
+PARAM_SERVER_WAIT_S = 20.0
+"""How long rank 0 keeps retrying the ParamServer at start (it may be restarting too)."""
+
+
+class _TorchThread:
+    """One daemon thread that runs the learner's torch work in order.
+
+    Daemon, unlike asyncio.to_thread's pool: a thread blocked in a collective on a peer that
+    died must not keep the process from exiting.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any], asyncio.AbstractEventLoop] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
+        self._thread.start()
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        """Run `fn` on the thread; its result or exception comes back here."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._jobs.put((fn, future, loop))
+        return await future
+
+    def close(self) -> None:
+        """Let the thread end after the jobs already queued."""
+        self._jobs.put(None)
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fn, future, loop = job
+            try:
+                result, error = fn(), None
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+                result, error = None, exc
+            try:
+                loop.call_soon_threadsafe(_settle, future, result, error)
+            except RuntimeError:
+                return  # the event loop is closed: nobody is waiting any more
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if not future.done():
+        future.set_exception(error) if error is not None else future.set_result(result)
+
+
+class LearnerActor(Actor):
+    """Rank `rank` of `world_size` learners (see the module docstring)."""
+
+    def __init__(
+        self,
+        rank: int = 0,
+        world_size: int = 1,
+        param_server: str = "",
+        master_addr: str = "",
+        master_port: int = 0,
+        device: str = "",
+        config: Config | None = None,
+        run_dir: str | None = None,
+    ) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
+        self.rank, self.world_size = rank, world_size
+        self.param_server = param_server
+        self._master = (master_addr, master_port)
+        self._device_arg = device
+        self._config_arg, self._run_dir_arg = config, run_dir
+        self.version = 0
+        self.steps = 0
+        self.base_steps = 0
+        self.skipped = 0
+        self.busy_s = 0.0
+        """Seconds spent in optimizer steps (allreduce included)."""
+        self.allreduce_s = 0.0
+        """Seconds spent averaging gradients across the ranks."""
+        self.last: dict[str, float] = {}
+        self._grouped = False
+
+    # -- start ----------------------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        config, _ = resolve_settings(self, self._config_arg, self._run_dir_arg)
+        self.config, self.training = config, config.training
+        self.log = log.bind(actor=self.ref.path, rank=self.rank)
+        self.device = torch.device(self._device_arg or os.environ.get(DEVICE_ENV) or config.model.device)
+        if self.device.type == "cpu" and self.training.learner_torch_threads:
+            # Several learners (and game processes) on the same cores: spinning intra-op threads
+            # slow every step and stretch each allreduce to wait for the slowest rank.
+            torch.set_num_threads(self.training.learner_torch_threads)
+        self.rng = np.random.default_rng(self.training.seed + 7919 * (self.rank + 1))
+        self.buffer = ExperienceBuffer(self.training.buffer_chunks, self.training.rollout_chunk_steps, self.training.reuse_window_s)
+        self.thread = _TorchThread(f"learner-{self.rank}")
+        if self.world_size > 1:
+            await self.thread.run(self._join_group)
+        start = await self._starting_point(config) if self.rank == 0 else None
+        if self.world_size > 1:
+            start = await self.thread.run(lambda: _broadcast_object(start, self.device))
+        assert start is not None
+        spec = ModelSpec.from_dict(start["spec"])
+        self.spec, self.arch = spec, spec.hash
+        self.version, self.base_steps = start["version"], start["learner_steps"]
+        await self.thread.run(lambda: self._build(spec, start))
+        self.log.info("learner_started", version=self.version, world_size=self.world_size, device=str(self.device),
+                      arch=self.arch, optimizer_restored=bool(start["optimizer"]))  # fmt: skip
+        self.spawn_task(self._train_forever(), "learner:train")
+
+    def _build(self, spec: ModelSpec, start: dict[str, Any]) -> None:
+        """The policy and its PPO optimizer on this device, from the starting point (on the torch thread: slow)."""
+        self.policy = Policy(spec).to(self.device)
+        self.ppo = PPO(self.policy, self.config.ppo)
+        load_state(self.policy, start["state"])
+        if start["optimizer"]:
+            load_optimizer(self.ppo.optimizer, start["optimizer"])
+
+    def _join_group(self) -> None:
+        host = self._master[0] or self.training.rendezvous_host
+        port = self._master[1] or self.training.rendezvous_port
+        if not port:
+            raise ConfigError("training.rendezvous_port: a learner world of more than one needs a rendezvous port (0 given)")
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device.index or 0)  # NCCL uses the current device
+        dist.init_process_group(backend, init_method=f"tcp://{host}:{port}", rank=self.rank, world_size=self.world_size,
+                                timeout=timedelta(seconds=self.training.allreduce_timeout_s))  # fmt: skip
+        self._grouped = True
+
+    async def _starting_point(self, config: Config) -> dict[str, Any]:
+        """Rank 0: the ParamServer's latest version (with the newest optimizer state it holds), else version 0."""
+        if not self.param_server:
+            spec = model_spec(config)
+            return {"spec": spec.to_dict(), "version": 0, "learner_steps": 0, "optimizer": None,
+                    "state": state_arrays(initial_policy(spec, self.training.seed))}  # fmt: skip
+        server = self.system.ref(self.param_server)
+        deadline = time.monotonic() + PARAM_SERVER_WAIT_S
+        while True:
+            try:
+                params: Params = await server.ask(GetParams(-1), timeout=10.0)
+                optimizer: OptimizerState = await server.ask(GetOptimizerState(), timeout=10.0)
+                stats = await server.ask(GetStats(), timeout=10.0)
+                break
+            except FiveActorsError as exc:
+                if time.monotonic() > deadline:
+                    raise
+                self.log.info("param_server_unavailable", param_server=self.param_server, reason=str(exc))
+                await asyncio.sleep(0.5)
+        # Moments from a few versions back still beat zeros (Adam would restart its bias correction).
+        matches = optimizer.version >= 0 and optimizer.arch == params.arch
+        if matches and optimizer.version != params.version:
+            self.log.info("optimizer_state_older", optimizer_version=optimizer.version, params_version=params.version)
+        return {"spec": params.spec, "version": params.version, "learner_steps": int(stats.get("learner_steps", 0)),
+                "state": params.state, "optimizer": optimizer.state if matches else None}  # fmt: skip
+
+    async def on_stop(self) -> None:
+        if self._grouped:
+            # Queued behind the round in flight, it meets the peers' next round, which tells them all to stop;
+            # a peer that is gone makes it time out rather than hang the stop.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.thread.run(self._final_round), STOP_WAIT_S)
+        self.thread.close()
+
+    def _final_round(self) -> None:
+        if not self._grouped:
+            return
+        flags = torch.zeros(2, device=self.device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MIN)
+        self._leave_group()
+
+    def _leave_group(self) -> None:
+        dist.destroy_process_group()
+        self._grouped = False
+
+    # -- chunks ---------------------------------------------------------------------------
+
+    async def on_rollout(self, msg: Rollout) -> None:
+        try:
+            batch = check_rollout(msg, self.spec, self.training.rollout_chunk_steps)
+        except TrainingError as exc:
+            batch = msg.versions.shape[0] if isinstance(msg.versions, np.ndarray) and msg.versions.ndim == 1 else 1
+            self.buffer.refused(batch)
+            self.log.warning("rollout_refused", source=msg.source, reason=str(exc), refused=self.buffer.counters.refused)
+            return
+        self.buffer.add(msg, batch)
+
+    # -- training -------------------------------------------------------------------------
+
+    async def _train_forever(self) -> None:
+        while True:
+            result = await self.thread.run(self._round)
+            if result is None:
+                await asyncio.sleep(IDLE_WAIT_S)
+                continue
+            if result.get("stop"):
+                # A peer is stopping: the group is over; this learner stops too and its supervisor
+                # (one_for_all) restarts the group from the ParamServer's latest parameters.
+                self.log.info("learner_group_stopped", steps=self.steps, version=self.version)
+                self.stop_self()
+                return
+            self.log.info("train_step", **result["stats"])
+            if "publish" in result:
+                await self._publish(result["publish"])
+
+    def _round(self) -> dict[str, Any] | None:
+        """One lockstep round on the torch thread: None when not every rank was ready."""
+        t = self.training
+        ready = self.buffer.ready(t.minibatch_chunks, self.version, t.max_staleness, t.max_sample_reuse)
+        if self.world_size > 1:
+            flags = torch.tensor([float(ready), 1.0], device=self.device)  # [ready, staying]
+            dist.all_reduce(flags, op=dist.ReduceOp.MIN)
+            if flags[1].item() < 1.0:
+                self._leave_group()
+                return {"stop": True}
+            ready = flags[0].item() == 1.0
+        if not ready:
+            return None
+        minibatch = self.buffer.take(t.minibatch_chunks, self.version, self.rng)
+        started = time.perf_counter()
+        stats = self._step(minibatch)
+        self.steps += 1
+        seconds = time.perf_counter() - started
+        self.busy_s += seconds
+        self.allreduce_s += stats["allreduce_ms"] / 1e3
+        stats.update(self._counters(minibatch, seconds))
+        self.last = stats
+        result: dict[str, Any] = {"stats": stats}
+        if self.steps % t.publish_every == 0:
+            self.version += 1
+            if self.rank == 0:
+                with_optimizer = self.version % t.checkpoint_every == 0
+                result["publish"] = (self.version, state_arrays(self.policy), optimizer_arrays(self.ppo.optimizer) if with_optimizer else None)
+        return result
+
+    def _step(self, minibatch: Minibatch) -> dict[str, float]:
+        """Normaliser updates, loss, averaged gradients, clipping, Adam: one optimizer step."""
+        batch = to_chunks(minibatch.chunks, self.device)
+        fresh = torch.as_tensor(minibatch.fresh, device=self.device)
+        if self.rank == 0 and fresh.any():
+            self.policy.value_norm.update(batch.returns[:, fresh])
+        self._broadcast_buffers()
+        terms, stats = self.ppo.loss(batch)
+        finite = all(bool(torch.isfinite(v)) for v in terms.values())
+        total = terms["policy"] + self.config.ppo.value_loss_weight * terms["value"] - self.config.ppo.entropy_coef * terms["entropy"]
+        self.ppo.optimizer.zero_grad(set_to_none=False)
+        if finite:
+            total.backward()
+        reduce_started = time.perf_counter()
+        applied = self._average_gradients(finite)
+        stats["allreduce_ms"] = (time.perf_counter() - reduce_started) * 1e3
+        if applied:
+            try:
+                stats["grad_norm"] = self.ppo._clip_gradients()
+                self.ppo.optimizer.step()
+                self.ppo.updates += 1
+            except ModelError as exc:
+                applied = False
+                self.log.warning("update_skipped", reason=str(exc), step=self.steps + 1)
+        if not applied:
+            self.skipped += 1
+        if self.rank == 0 and fresh.any():
+            self.policy.update_normalizer(batch.obs[:, fresh])
+        self._broadcast_buffers()
+        return stats
+
+    def _average_gradients(self, finite: bool) -> bool:
+        """Replace each gradient by its mean over the ranks; False (no step anywhere) when a rank's loss was not finite."""
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        if not finite:
+            for p in params:
+                p.grad.zero_()
+        if self.world_size == 1:
+            if not finite:
+                self.log.warning("update_skipped", reason="a loss term is not finite", step=self.steps + 1)
+            return finite
+        flat = torch.cat([p.grad.reshape(-1) for p in params] + [torch.ones(1, device=self.device) * float(finite)])
+        dist.all_reduce(flat)
+        if flat[-1].item() < self.world_size:
+            self.log.warning("update_skipped", reason="a loss term is not finite on some rank", step=self.steps + 1)
+            return False
+        flat /= self.world_size
+        offset = 0
+        for p in params:
+            p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
+            offset += p.numel()
+        return True
+
+    def _broadcast_buffers(self) -> None:
+        """Give every rank rank 0's normaliser statistics (only rank 0 updates them)."""
+        if self.world_size == 1:
+            return
+        buffers = list(self.policy.buffers(recurse=True))
+        floating = [b for b in buffers if b.is_floating_point()]
+        flat = torch.cat([b.reshape(-1).to(torch.float64) for b in floating])
+        dist.broadcast(flat, src=0)
+        offset = 0
+        for b in floating:
+            b.copy_(flat[offset : offset + b.numel()].view_as(b))
+            offset += b.numel()
+
+    def _counters(self, minibatch: Minibatch, seconds: float) -> dict[str, float]:
+        staleness = minibatch.staleness
+        counters = self.buffer.counters
+        return {
+            "step": self.base_steps + self.steps,
+            "version": self.version,
+            "staleness_mean": float(np.mean(staleness)),
+            "staleness_max": float(np.max(staleness)),
+            "sample_reuse": round(self.buffer.reuse(), 4),
+            "samples_per_s": round(self.buffer.consumed_per_s(), 1),
+            "step_ms": round(seconds * 1e3, 3),
+            "buffer_chunks": len(self.buffer),
+            "chunks_received": counters.received,
+            "chunks_refused": counters.refused,
+            "chunks_dropped_stale": counters.dropped_stale,
+            "chunks_evicted_unused": counters.evicted_unused,
+            "skipped_updates": self.skipped,
+        }
+
+    async def _publish(self, publish: tuple[int, dict[str, np.ndarray], dict[str, np.ndarray] | None]) -> None:
+        if not self.param_server:
+            return
+        version, state, optimizer = publish
+        server = self.system.ref(self.param_server)
+        try:
+            if optimizer is not None:
+                await server.tell(OptimizerState(version, self.arch, optimizer), sender=self.ref)
+            await server.tell(PublishParams(version, self.arch, self.spec.to_dict(), state, self.base_steps + self.steps), sender=self.ref)
+        except FiveActorsError as exc:
+            # The ParamServer is restarting: this version is lost, the next one carries the training on.
+            self.log.warning("publish_failed", version=version, reason=str(exc))
+
+    # -- observability --------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """The latest step's losses and counters, plus the buffer's current reuse and throughput."""
+        if not hasattr(self, "buffer"):
+            return {"rank": self.rank, "steps": 0}
+        counters = self.buffer.counters
+        return {
+            **self.last,
+            "rank": self.rank,
+            "steps": self.steps,
+            "version": self.version,
+            "sample_reuse": round(self.buffer.reuse(), 4),
+            "samples_per_s": round(self.buffer.consumed_per_s(), 1),
+            "buffer_chunks": len(self.buffer),
+            "chunks_received": counters.received,
+            "chunks_refused": counters.refused,
+            "chunks_dropped_stale": counters.dropped_stale,
+            "chunks_evicted_unused": counters.evicted_unused,
+            "skipped_updates": self.skipped,
+            "step_ms_mean": round(1e3 * self.busy_s / max(self.steps, 1), 3),
+            "allreduce_ms_mean": round(1e3 * self.allreduce_s / max(self.steps, 1), 3),
+            "allreduce_share": round(self.allreduce_s / self.busy_s, 4) if self.busy_s else 0.0,
+        }
+
+    async def on_get_stats(self, _msg: GetStats) -> dict[str, Any]:
+        return self.stats()
+
+    def status(self) -> dict[str, Any]:
+        stats = self.stats()
+        return {"progress": {"steps": stats["steps"], "version": stats.get("version", 0)},
+                "metrics": {k: v for k, v in stats.items() if isinstance(v, (int, float)) and k != "rank"}}  # fmt: skip
+
+
+def _broadcast_object(value: dict[str, Any] | None, device: torch.device) -> dict[str, Any]:
+    """Rank 0's `value` on every rank."""
+    box = [value]
+    dist.broadcast_object_list(box, src=0, device=device if device.type == "cuda" else None)
+    assert box[0] is not None
+    return box[0]
+

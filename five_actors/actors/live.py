@@ -1,0 +1,110 @@
+"""The live line of a training run: what `five-actors up` prints every second.
+
+    42s | v 17 | env steps/s 1,530 | samples/s 2,048 | staleness 1.2 | reuse 1.31 | vs scripted 0.62 [0.31, 0.86] | TrueSkill 14.2 | 8/8 up | restarts 0
+
+It is built from the view of the tree (the actors' `status()`, as /actors shows it): the
+ParamServer's version, the GameActors' env steps (a rate over the last line), the learners'
+samples/s, staleness and sample reuse, and the EvalActor's latest win rate against the
+scripted bot (95% Wilson interval) and TrueSkill (random = 0). Every `log_every_s` the same
+facts are logged as one `training_progress` event. A tree without training actors gets the
+supervisor's generic line.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import structlog
+
+from five_actors.supervisor.progress import ProgressLine
+
+log = structlog.get_logger("five_actors.actors")
+
+
+def _by_class(view: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    return [a for a in view["actors"] if a.get("class") == name and a.get("state") == "running"]
+
+
+def _metrics(actor: dict[str, Any]) -> dict[str, Any]:
+    return dict((actor.get("status") or {}).get("metrics") or {})
+
+
+class TrainingLine:
+    """Turns successive views into live lines (and periodic `training_progress` events)."""
+
+    def __init__(self, log_every_s: float = 10.0) -> None:
+        self.fallback = ProgressLine()
+        self.log_every_s = log_every_s
+        self._steps: dict[str, tuple[float, float]] = {}
+        self._last_log = 0.0
+
+    def facts(self, view: dict[str, Any]) -> dict[str, Any] | None:
+        """The training facts in `view`; None when it holds no training actors."""
+        params, games = _by_class(view, "ParamServerActor"), _by_class(view, "GameActor")
+        learners, evals = _by_class(view, "LearnerActor"), _by_class(view, "EvalActor")
+        if not (params or games or learners):
+            return None
+        now = time.monotonic()
+        env_rate = 0.0
+        for game in games:
+            steps = float(_metrics(game).get("game_env_steps", 0.0))
+            before = self._steps.get(game["path"])
+            if before is not None and now > before[0] and steps >= before[1]:
+                env_rate += (steps - before[1]) / (now - before[0])
+            self._steps[game["path"]] = (now, steps)
+        trained = [_metrics(a) for a in learners if "staleness_mean" in _metrics(a)]
+        facts: dict[str, Any] = {
+            "version": _metrics(params[0]).get("version") if params else None,
+            "env_steps_per_s": round(env_rate, 1),
+            "samples_per_s": round(sum(float(m.get("samples_per_s", 0.0)) for m in map(_metrics, learners)), 1),
+            "staleness": round(sum(m["staleness_mean"] for m in trained) / len(trained), 3) if trained else None,
+            "reuse": round(sum(float(m.get("sample_reuse", 0.0)) for m in trained) / len(trained), 3) if trained else None,
+            "win_rate_scripted": None,
+            "trueskill": None,
+        }
+        if evals:
+            last = (evals[0].get("status") or {}).get("last") or {}
+            scripted = (last.get("results") or {}).get("scripted")
+            if scripted:
+                facts.update(win_rate_scripted=scripted["win_rate"], win_rate_low=scripted["ci_low"], win_rate_high=scripted["ci_high"])
+            facts["trueskill"] = last.get("trueskill")
+            facts["eval_version"] = last.get("version")
+        tree = [a for a in view["actors"] if not a["path"].startswith("/_")]
+        facts["running"] = sum(1 for a in tree if a.get("state") == "running")
+        facts["actors"] = len(tree)
+        facts["restarts"] = sum(a.get("restarts") or 0 for a in tree)
+        return facts
+
+    def __call__(self, view: dict[str, Any], elapsed: float) -> str:
+        facts = self.facts(view)
+        if facts is None:
+            return self.fallback(view, elapsed)
+        if time.monotonic() - self._last_log >= self.log_every_s:
+            self._last_log = time.monotonic()
+            log.info("training_progress", elapsed_s=round(elapsed, 1), **facts)
+        return format_line(facts, elapsed)
+
+
+def format_line(facts: dict[str, Any], elapsed: float) -> str:
+    """The facts as one short line; '-' where a fact is not known yet."""
+
+    def num(value: Any, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    scripted = num(facts.get("win_rate_scripted"), ".2f")
+    if facts.get("win_rate_scripted") is not None:
+        scripted += f" [{facts['win_rate_low']:.2f}, {facts['win_rate_high']:.2f}]"
+    parts = [
+        f"{elapsed:6.0f}s",
+        f"v {num(facts['version'], 'd')}",
+        f"env steps/s {facts['env_steps_per_s']:,.0f}",
+        f"samples/s {facts['samples_per_s']:,.0f}",
+        f"staleness {num(facts['staleness'], '.2f')}",
+        f"reuse {num(facts['reuse'], '.2f')}",
+        f"vs scripted {scripted}",
+        f"TrueSkill {num(facts['trueskill'], '.1f')}",
+        f"{facts['running']}/{facts['actors']} up",
+        f"restarts {facts['restarts']}",
+    ]
+    return " | ".join(parts)

@@ -1,0 +1,305 @@
+"""ParamServerActor: parameter versions, checkpoints, the past-opponent pool, and resume.
+
+Version 0 is a fresh policy seeded by `training.seed`, unless RUN_DIR/checkpoints holds a
+checkpoint: then the newest readable one is restored (version counter, parameters, the
+learners' Adam moments) with the opponent pool and its q values from pool.json. Learner rank 0
+publishes every `publish_every` steps (PublishParams); each new version is told to every
+subscriber (ParamsAvailable), joins the opponent pool every `pool_add_every` versions, and is
+checkpointed every `checkpoint_every` versions, when it joins the pool, and on a graceful stop.
+Version 0 and pool members' checkpoints are never pruned; the pool holds at most
+`pool_max_versions` (the lowest q leaves). In memory: the latest version and every pool member;
+any other version still on disk is loaded on request.
+
+Refused, with a `params_refused` log line and a count, never stored: parameters of another
+architecture, of the wrong names or shapes, or not newer than the latest version.
+
+Events: params_published, params_refused, checkpoint_saved, checkpoint_restored,
+opponent_pool_added, match_result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import structlog
+
+from five_actors.actors.messages import (
+    GetParams,
+    GetStats,
+    MatchResult,
+    Opponent,
+    OpponentRequest,
+    Params,
+    ParamsAvailable,
+    PublishParams,
+    Subscribe,
+)
+from five_actors.actors.params import Arrays, check_state, initial_policy, model_spec, state_arrays, template
+from five_actors.actors.pool import OpponentPool
+from five_actors.actors.store import CheckpointStore, Saved
+from five_actors.config import Config
+from five_actors.errors import CheckpointError, FiveActorsError, TrainingError
+from five_actors.model.spec import ModelSpec
+from five_actors.runtime.actor import Actor, message
+
+log = structlog.get_logger("five_actors.params")
+
+NOTIFY_TIMEOUT_S = 2.0
+"""A subscriber whose mailbox or link stays full this long misses one ParamsAvailable (the next one catches it up)."""
+
+
+@message
+class OptimizerState:
+    """Learner rank 0 -> ParamServer (tell), and the reply to GetOptimizerState: Adam's moments at `version`.
+
+    `state` is five_actors.actors.params.optimizer_arrays output; version -1 and an empty state: none known.
+    """
+
+    version: int
+    arch: str
+    state: dict[str, np.ndarray]
+
+
+@message
+class GetOptimizerState:
+    """Ask the ParamServer for the latest optimizer state it holds (for a restarted learner group)."""
+
+
+def resolve_settings(actor: Actor, config: Config | None, run_dir: str | Path | None) -> tuple[Config, Path | None]:
+    """An actor's config and run dir: its own arguments first, else its supervisor's TreeContext."""
+    context = actor.context
+    if config is None:
+        config = getattr(context, "config", None) or Config()
+    if run_dir is None or run_dir == "":
+        run_dir = getattr(context, "run_dir", None)
+    return config, None if run_dir is None else Path(run_dir)
+
+
+class ParamServerActor(Actor):
+    """Owns the parameter versions of one run (see the module docstring)."""
+
+    def __init__(self, config: Config | None = None, run_dir: str | None = None) -> None:
+        self._config_arg, self._run_dir_arg = config, run_dir
+        self.version = 0
+        self.learner_steps = 0
+        self.spec: ModelSpec
+        self.arch = ""
+        self.versions: dict[int, Arrays] = {}
+        self.optimizer: tuple[int, Arrays] | None = None
+        self.subscribers: set[str] = set()
+        self.counts = {"published": 0, "refused": 0, "checkpoints": 0, "wins": 0, "draws": 0, "losses": 0, "notify_failures": 0}
+        self.last_checkpoint = -1
+        self.last_refusal: str | None = None
+        self.pool = OpponentPool(eta=1.0)  # replaced in on_start by the configured pool
+        self._lock = asyncio.Lock()
+
+    async def on_start(self) -> None:
+        config, run_dir = resolve_settings(self, self._config_arg, self._run_dir_arg)
+        self.training = config.training
+        self.log = log.bind(actor=self.ref.path)
+        self.store = None if run_dir is None else CheckpointStore(run_dir / "checkpoints")
+        self.rng = np.random.default_rng(self.training.seed)
+        self.pool = OpponentPool(self.training.pool_eta)
+        self.spec = model_spec(config)
+        saved = None if self.store is None else await asyncio.to_thread(self.store.load_latest)
+        if saved is None:
+            policy = await asyncio.to_thread(initial_policy, self.spec, self.training.seed)
+            self.versions[0] = state_arrays(policy)
+        else:
+            await asyncio.to_thread(self._restore, saved)  # reads every pool member's checkpoint
+            assert self.store is not None
+            policy = self.store.model_for(self.spec)[0]  # built while reading the checkpoint
+        self.arch = self.spec.hash
+        self._template = template(policy)
+        if self.store is not None:
+            # Checkpoints pass arrays through this policy and an Adam over it: built now, not in the first save.
+            await asyncio.to_thread(self.store.model_for, self.spec, policy)
+            if saved is None:
+                await self._checkpoint()  # version 0 stays on disk: the untrained reference, and resumable at once
+
+    def _restore(self, saved: Saved) -> None:
+        """Continue from a checkpoint: counter, parameters, optimizer moments, the pool with its q values."""
+        assert self.store is not None
+        if saved.spec.hash != self.spec.hash:
+            self.log.warning("checkpoint_arch_differs", checkpoint_arch=saved.spec.hash, config_arch=self.spec.hash)
+        self.spec = saved.spec
+        self.version = self.last_checkpoint = saved.version
+        self.learner_steps = saved.counters.get("learner_steps", 0)
+        self.versions[saved.version] = saved.state
+        if saved.optimizer:
+            self.optimizer = (saved.counters.get("optimizer_version", saved.version), saved.optimizer)
+        pool_data = self.store.load_pool()
+        if pool_data is not None:
+            self.pool = OpponentPool.from_dict(pool_data.get("pool", {}), self.training.pool_eta)
+            for member in self.pool.versions:
+                if member == saved.version:
+                    continue
+                try:
+                    self.versions[member] = self.store.load(member).state
+                except CheckpointError as exc:
+                    del self.pool.quality[member]
+                    self.log.error("opponent_pool_member_lost", version=member, reason=str(exc))
+        self.log.info(
+            "checkpoint_restored", version=saved.version, pool=len(self.pool), optimizer=saved.optimizer is not None, path=str(self.store.path(saved.version))
+        )
+
+    async def on_stop(self) -> None:
+        if self.store is not None and self.last_checkpoint != self.version:
+            await self._checkpoint()
+
+    # -- versions -------------------------------------------------------------------------
+
+    async def on_publish_params(self, msg: PublishParams) -> None:
+        try:
+            self._check_publish(msg)
+        except TrainingError as exc:
+            self._refuse("PublishParams", str(exc))
+            return
+        previous = self.version
+        self.versions[msg.version] = dict(msg.state)
+        self.version, self.learner_steps = msg.version, msg.learner_steps
+        if previous not in self.pool:
+            self.versions.pop(previous, None)
+        self.counts["published"] += 1
+        self.log.info("params_published", version=msg.version, learner_steps=msg.learner_steps)
+        joins_pool = msg.version % self.training.pool_add_every == 0
+        if joins_pool:
+            q = self.pool.add(msg.version)
+            self.log.info("opponent_pool_added", version=msg.version, q=q, pool=len(self.pool))
+            if len(self.pool) > self.training.pool_max_versions:
+                evicted = self.pool.evict()
+                self.versions.pop(evicted, None)
+                self.log.info("opponent_pool_evicted", version=evicted, pool=len(self.pool))
+        await self._notify(ParamsAvailable(msg.version, self.arch))
+        # A pool member is always on disk, so that a resumed run still has every opponent it can hand out.
+        if self.store is not None and (joins_pool or msg.version - max(self.last_checkpoint, 0) >= self.training.checkpoint_every):
+            await self._checkpoint()
+
+    def _check_publish(self, msg: PublishParams) -> None:
+        if msg.arch != self.arch:
+            raise TrainingError(f"parameters of architecture {msg.arch!r}, this run's is {self.arch!r}")
+        if not isinstance(msg.version, int) or msg.version <= self.version:
+            raise TrainingError(f"version {msg.version!r} is not newer than the latest, {self.version}")
+        check_state(msg.state, self._template, f"version {msg.version}")
+
+    def _refuse(self, what: str, reason: str) -> None:
+        self.counts["refused"] += 1
+        self.last_refusal = reason
+        self.log.warning("params_refused", message=what, reason=reason, refused=self.counts["refused"])
+
+    async def on_optimizer_state(self, msg: OptimizerState) -> None:
+        try:
+            if msg.arch != self.arch:
+                raise TrainingError(f"optimizer state of architecture {msg.arch!r}, this run's is {self.arch!r}")
+            if not isinstance(msg.state, dict) or not all(isinstance(v, np.ndarray) for v in msg.state.values()):
+                raise TrainingError("optimizer state must be a dict of arrays")
+        except TrainingError as exc:
+            self._refuse("OptimizerState", str(exc))
+            return
+        self.optimizer = (msg.version, dict(msg.state))
+
+    async def on_get_optimizer_state(self, _msg: GetOptimizerState) -> OptimizerState:
+        if self.optimizer is None:
+            return OptimizerState(-1, self.arch, {})
+        return OptimizerState(self.optimizer[0], self.arch, self.optimizer[1])
+
+    async def on_get_params(self, msg: GetParams) -> Params:
+        version = self.version if msg.version == -1 else msg.version
+        state = self.versions.get(version)
+        if state is None:
+            state = await self._load_past(version)
+        return Params(version, self.arch, self.spec.to_dict(), state)
+
+    async def _load_past(self, version: int) -> Arrays:
+        kept = sorted(set(self.versions) | set(self.store.versions() if self.store else []))
+        if self.store is None or version not in kept:
+            raise TrainingError(f"unknown parameter version {version}: the latest is {self.version}, kept versions are {kept[-20:]}")
+        try:
+            saved = await asyncio.to_thread(self.store.load, version)
+        except CheckpointError as exc:
+            raise TrainingError(f"parameter version {version} cannot be loaded: {exc}") from None
+        if saved.spec.hash != self.arch:
+            raise TrainingError(f"parameter version {version} is of architecture {saved.spec.hash}, not {self.arch}")
+        return saved.state
+
+    # -- subscribers ----------------------------------------------------------------------
+
+    async def on_subscribe(self, msg: Subscribe) -> None:
+        self.system.ref(msg.address)  # refuses a malformed address before it is kept
+        self.subscribers.add(msg.address)
+        await self._notify(ParamsAvailable(self.version, self.arch), {msg.address})
+
+    async def _notify(self, msg: ParamsAvailable, addresses: set[str] | None = None) -> None:
+        targets = sorted(self.subscribers if addresses is None else addresses)
+        results = await asyncio.gather(*(self._tell(a, msg) for a in targets))
+        self.counts["notify_failures"] += results.count(False)
+
+    async def _tell(self, address: str, msg: Any) -> bool:
+        # A subscriber that is down keeps its place: its restart (same address) subscribes again.
+        try:
+            async with asyncio.timeout(NOTIFY_TIMEOUT_S):
+                await self.system.ref(address).tell(msg, sender=self.ref)
+            return True
+        except (FiveActorsError, TimeoutError) as exc:
+            self.log.info("subscriber_unreachable", subscriber=address, reason=str(exc) or type(exc).__name__)
+            return False
+
+    # -- the opponent pool ----------------------------------------------------------------
+
+    async def on_opponent_request(self, _msg: OpponentRequest) -> Opponent:
+        return Opponent(self.pool.sample(self.rng))
+
+    async def on_match_result(self, msg: MatchResult) -> None:
+        outcome = float(msg.outcome)
+        key = "wins" if outcome >= 1.0 else "losses" if outcome <= 0.0 else "draws"
+        self.counts[key] += 1
+        updated = self.pool.record_win(msg.opponent_version) if outcome >= 1.0 else False
+        q = self.pool.quality.get(msg.opponent_version)
+        self.log.info("match_result", opponent_version=msg.opponent_version, outcome=outcome, q=q, q_updated=updated)
+
+    # -- checkpoints ----------------------------------------------------------------------
+
+    async def _checkpoint(self) -> None:
+        """Save the latest version (with the newest optimizer state), then pool.json, then prune."""
+        assert self.store is not None
+        async with self._lock:
+            version, state = self.version, self.versions[self.version]
+            optimizer = self.optimizer[1] if self.optimizer is not None else None
+            counters = {"learner_steps": self.learner_steps, "optimizer_version": self.optimizer[0] if self.optimizer is not None else -1}
+            started = time.perf_counter()
+            path = await asyncio.to_thread(self.store.save, version, self.spec, state, optimizer, counters)
+            await asyncio.to_thread(self.store.save_pool, {"latest": version, "arch": self.arch, "pool": self.pool.to_dict()})
+            pruned = await asyncio.to_thread(self.store.prune, self.training.keep_checkpoints, {0, *self.pool.versions})
+            self.last_checkpoint = version
+            self.counts["checkpoints"] += 1
+            self.log.info("checkpoint_saved", version=version, path=str(path), seconds=round(time.perf_counter() - started, 4),
+                          optimizer=optimizer is not None, pruned=pruned)  # fmt: skip
+
+    # -- observability --------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Metrics for the live line, /metrics and tests."""
+        probabilities = self.pool.probabilities()
+        return {
+            "version": self.version,
+            "arch": self.arch,
+            "learner_steps": self.learner_steps,
+            "pool_size": len(self.pool),
+            "pool": {str(v): {"q": round(q, 6), "p": round(probabilities[v], 6)} for v, q in self.pool.quality.items()},
+            "subscribers": len(self.subscribers),
+            "last_checkpoint": self.last_checkpoint,
+            "last_refusal": self.last_refusal,
+            **self.counts,
+        }
+
+    async def on_get_stats(self, _msg: GetStats) -> dict[str, Any]:
+        return self.stats()
+
+    def status(self) -> dict[str, Any]:
+        stats = self.stats()
+        metrics = {k: stats[k] for k in ("version", "learner_steps", "pool_size", "published", "refused", "checkpoints", "wins", "draws", "losses")}
+        return {"progress": {"version": self.version}, "metrics": metrics}

@@ -1,0 +1,162 @@
+"""`five-actors bench system`: the actor system against the synchronous baseline, on one config.
+
+First `five-actors up --config CONFIG` runs as a subprocess (the whole tree: ParamServer,
+learners, inference, game actors, eval); once parameters flow (the first published version
+after a game actor has shipped chunks) its figures are measured over `--seconds` from the
+tree's view (/actors): env steps/s (game steps x games, all game actors), learner samples/s
+(optimizer steps x minibatch_chunks x rollout_chunk_steps: row-steps trained on), mean
+inference batch (rows per forward), p99 inference latency, mean staleness and sample reuse.
+Then, with the machine to itself, the synchronous baseline (five_actors.model.baseline)
+trains the same model on the same game with `training.games_per_actor` games in self-play
+(every row learned from) for `--seconds`: collect, update, repeat. Ratios are system / baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import torch
+
+from five_actors.config import Config, load_config
+from five_actors.errors import FiveActorsError
+from five_actors.game.env import LaneGame
+from five_actors.model.baseline import SyncTrainer
+from five_actors.model.policy import Policy
+from five_actors.model.spec import ModelSpec
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The benchmark's options."""
+    parser.add_argument("--config", default="default", help="config file or bundled name (default: default)")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="measured seconds of each of the two runs (default 60)")
+    parser.add_argument("--start-timeout", type=float, default=300.0, help="seconds the tree may take to start training (default 300)")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Measure the actor system, then the baseline; returns both and their ratios."""
+    config = load_config(args.config, args.set or ())
+    system = measure_system(args, config)
+    baseline = measure_baseline(config, args.seconds)
+    return {
+        "config": config.name,
+        "seconds": args.seconds,
+        "system": system,
+        "baseline": baseline,
+        "env_steps_ratio": round(system["env_steps_per_s"] / max(baseline["env_steps_per_s"], 1e-9), 3),
+        "samples_ratio": round(system["samples_per_s"] / max(baseline["samples_per_s"], 1e-9), 3),
+        "cpus": os.cpu_count(),
+    }
+
+
+def _view(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{url}/actors", timeout=10) as response:
+        return dict(orjson.loads(response.read()))
+
+
+def _metrics(view: dict[str, Any], cls: str) -> list[dict[str, Any]]:
+    return [dict((a.get("status") or {}).get("metrics") or {}) for a in view["actors"] if a.get("class") == cls and a.get("state") == "running"]
+
+
+def _totals(view: dict[str, Any], config: Config) -> tuple[float, float, float]:
+    """(env steps so far, samples trained so far, latest version) summed over the tree's actors."""
+    env_steps = sum(float(m.get("game_env_steps", 0.0)) for m in _metrics(view, "GameActor"))
+    steps = sum(float(m.get("steps", 0.0)) for m in _metrics(view, "LearnerActor"))
+    samples = steps * config.training.minibatch_chunks * config.training.rollout_chunk_steps
+    version = max((float(m.get("version", 0.0)) for m in _metrics(view, "ParamServerActor")), default=0.0)
+    return env_steps, samples, version
+
+
+def measure_system(args: argparse.Namespace, config: Config) -> dict[str, Any]:
+    """Run `up` in a subprocess and measure it over `args.seconds` once training flows."""
+    with tempfile.TemporaryDirectory(prefix="bench-system-") as tmp:
+        command = [sys.executable, "-m", "five_actors", "up", "--config", args.config, "--port", "0", "--run-dir", f"{tmp}/run"]
+        command += [f"--set={s}" for s in args.set or ()]
+        out_path = Path(tmp) / "up.out"
+        with open(out_path, "wb") as out:
+            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            url = _wait_for_url(proc, out_path, 60.0)
+            deadline = time.monotonic() + args.start_timeout
+            while True:
+                view = _view(url)
+                env_steps, _, version = _totals(view, config)
+                if env_steps > 0 and version >= 1:
+                    break
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise FiveActorsError(f"the actor system did not start training within {args.start_timeout:g}s:\n{out_path.read_text()[-2000:]}")
+                time.sleep(1.0)
+            started, first = time.monotonic(), _totals(view, config)
+            staleness: list[float] = []
+            while time.monotonic() - started < args.seconds:
+                time.sleep(min(2.0, max(0.0, args.seconds - (time.monotonic() - started))))
+                view = _view(url)
+                staleness += [float(m["staleness_mean"]) for m in _metrics(view, "LearnerActor") if "staleness_mean" in m]
+            elapsed = time.monotonic() - started
+            last = _totals(view, config)
+            inference = _metrics(view, "InferenceActor")
+            learners = _metrics(view, "LearnerActor")
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(120)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    return {
+        "env_steps_per_s": round((last[0] - first[0]) / elapsed, 1),
+        "samples_per_s": round((last[1] - first[1]) / elapsed, 1),
+        "versions": int(last[2] - first[2]),
+        "mean_inference_batch": round(float(np.mean([m.get("inference_mean_batch_rows", 0.0) for m in inference])), 1) if inference else None,
+        "p99_inference_latency_ms": round(max(float(m.get("inference_latency_p99_ms") or 0.0) for m in inference), 2) if inference else None,
+        "mean_staleness": round(float(np.mean(staleness)), 3) if staleness else None,
+        "sample_reuse": round(float(np.mean([m.get("sample_reuse", 0.0) for m in learners])), 3) if learners else None,
+        "game_actors": len(_metrics(view, "GameActor")),
+        "learners": len(learners),
+    }
+
+
+def _wait_for_url(proc: subprocess.Popen[bytes], out_path: Path, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in out_path.read_text().splitlines():
+            if line.startswith("serving http://"):
+                return line.split()[1]
+        if proc.poll() is not None:
+            raise FiveActorsError(f"`up` exited {proc.returncode}:\n{out_path.read_text()[-2000:]}")
+        time.sleep(0.2)
+    raise FiveActorsError(f"`up` did not print its address within {timeout:g}s")
+
+
+def measure_baseline(config: Config, seconds: float) -> dict[str, Any]:
+    """The synchronous baseline on the same game and model, self-play, for `seconds` after one warm-up update."""
+    games = config.training.games_per_actor
+    env = LaneGame(dataclasses.replace(config.game, games_per_batch=games))
+    torch.manual_seed(config.training.seed)
+    policy = Policy(ModelSpec.build(env.obs_spec, env.action_spec, config.model)).to(config.model.device)
+    ppo = dataclasses.replace(config.ppo, chunk_steps=config.training.rollout_chunk_steps, anneal_learning_rate=False)
+    trainer = SyncTrainer(env, policy, ppo, ppo.gamma(1.0 / config.game.steps_per_second), seed=config.training.seed)
+    trainer.ppo.update(trainer.collect())  # warm-up: first-call costs are not throughput
+    length = ppo.chunk_steps * ppo.rollout_chunks
+    updates, started = 0, time.monotonic()
+    while time.monotonic() - started < seconds:
+        trainer.ppo.update(trainer.collect())
+        updates += 1
+    elapsed = time.monotonic() - started
+    return {
+        "env_steps_per_s": round(updates * length * games / elapsed, 1),
+        "samples_per_s": round(updates * length * env.num_rows * ppo.epochs / elapsed, 1),
+        "updates": updates,
+    }

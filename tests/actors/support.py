@@ -1,0 +1,58 @@
+"""Test actors: a context reporter, and a stand-in ParamServer serving fresh policies."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import torch
+
+from five_actors.actors.messages import GetParams, Params
+from five_actors.errors import FiveActorsError
+from five_actors.game.env import LaneGame
+from five_actors.model.policy import Policy
+from five_actors.model.spec import ModelSpec
+from five_actors.runtime.actor import Actor
+
+
+class ContextReporter(Actor):
+    """Records, in on_start, the run config and run dir its supervisor gave it; reports them in status()."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, Any] = {}
+
+    async def on_start(self) -> None:
+        config = self.context.config
+        self.seen = {
+            "pid": os.getpid(),
+            "name": None if config is None else config.name,
+            "games_per_actor": None if config is None else config.training.games_per_actor,
+            "rendezvous_port": None if config is None else config.training.rendezvous_port,
+            "run_dir": None if self.context.run_dir is None else str(self.context.run_dir),
+        }
+
+    def status(self) -> dict[str, Any]:
+        return dict(self.seen)
+
+
+class ParamsStub(Actor):
+    """Serves GetParams like a ParamServer whose latest version advances by one on every ask for the latest."""
+
+    def __init__(self) -> None:
+        self.latest = -1
+        self.versions: dict[int, Params] = {}
+
+    async def on_get_params(self, msg: GetParams) -> Params:
+        config = self.context.config
+        if msg.version == -1:
+            self.latest += 1
+            env = LaneGame(dataclasses.replace(config.game, games_per_batch=1))
+            spec = ModelSpec.build(env.obs_spec, env.action_spec, config.model)
+            torch.manual_seed(self.latest)
+            state = {k: v.numpy() for k, v in Policy(spec).state_dict().items()}
+            self.versions[self.latest] = Params(self.latest, spec.hash, spec.to_dict(), state)
+            return self.versions[self.latest]
+        if msg.version not in self.versions:
+            raise FiveActorsError(f"unknown version {msg.version}")
+        return self.versions[msg.version]

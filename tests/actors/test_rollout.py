@@ -1,0 +1,262 @@
+"""GameActor + InferenceActor: real actors in one process with a tiny model and a few short games."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from five_actors.actors.game import GameActor
+from five_actors.actors.inference import InferenceActor
+from five_actors.actors.messages import GetStats, InferRequest, PublishParams, Rollout
+from five_actors.actors.param_server import ParamServerActor
+from five_actors.actors.params import initial_policy, model_spec, state_arrays
+from five_actors.config import Config, from_mapping
+from five_actors.errors import RemoteError
+from five_actors.model.ppo import gae
+from five_actors.model.policy import Policy
+from five_actors.runtime.actor import Actor, ActorSystem
+
+CHUNK = 8
+WINDOW = 8
+GAMES = 2
+
+
+def tiny_config(**training: Any) -> Config:
+    """A tiny model, two short games per actor, 8-step chunks."""
+    return from_mapping(Config, {
+        "game": {"time_limit_steps": 40, "heroes_per_side": 2, "lanes": 1},
+        "model": {"entity_hidden": 8, "entity_embed": 8, "core_input": 16, "lstm_size": 16, "pointer_key": 4},
+        "training": {"games_per_actor": GAMES, "rollout_chunk_steps": CHUNK, "gae_window": WINDOW,
+                     "past_opponent_share": 0.0, "inference_deadline_ms": 1.0, "infer_timeout_s": 2.0, **training},
+    })  # fmt: skip
+
+
+def publish(policy: Policy, version: int) -> PublishParams:
+    """What learner rank 0 tells the ParamServer for a new version."""
+    return PublishParams(version, policy.spec.hash, policy.spec.to_dict(), state_arrays(policy), version * 10)
+
+
+class LearnerStandIn(Actor):
+    """Keeps every Rollout it is told."""
+
+    def __init__(self) -> None:
+        self.rollouts: list[Rollout] = []
+
+    async def on_rollout(self, msg: Rollout) -> None:
+        self.rollouts.append(msg)
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Wait until `predicate()` holds; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def system() -> AsyncIterator[ActorSystem]:
+    system = ActorSystem("test")
+    yield system
+    for cell in system.cells():
+        await system.stop(cell.path)
+
+
+def start(system: ActorSystem, config: Config, games: int = 1, learners: int = 1,
+          ) -> tuple[ParamServerActor, InferenceActor, list[GameActor], list[LearnerStandIn]]:
+    """A ParamServer (version 0, no run dir), one InferenceActor, `games` GameActors, `learners` learner stand-ins."""
+    server = ParamServerActor(config=config)
+    system.spawn(server, "/params")
+    inference = InferenceActor("test/params", config=config)
+    system.spawn(inference, "/inference")
+    learner_actors = [LearnerStandIn() for _ in range(learners)]
+    for i, learner in enumerate(learner_actors):
+        system.spawn(learner, f"/learner-{i}")
+    game_actors = []
+    for i in range(games):
+        game = GameActor("test/inference", [f"test/learner-{j}" for j in range(learners)], "test/params", config=config, seed=i)
+        system.spawn(game, f"/game-{i}")
+        game_actors.append(game)
+    return server, inference, game_actors, learner_actors
+
+
+async def test_rollout_chunks_have_the_contract_shapes_and_match_a_local_forward(system: ActorSystem) -> None:
+    config = tiny_config()
+    server, inference, (game,), (learner,) = start(system, config)
+    policy = initial_policy(model_spec(config), config.training.seed)
+    await system.wait_started(server.ref)
+    await server.ref.tell(publish(policy, 3))
+    # Chunks begun before version 3 reached the inference actor carry version 0; the rest are consecutive.
+    played_by_3 = lambda: [r for r in learner.rollouts if r.versions[0] == 3]  # noqa: E731
+    await until(lambda: len(played_by_3()) >= 3)
+    rollouts = played_by_3()
+    rollout = rollouts[0]
+    spec = policy.spec
+    rows = GAMES * 2 * config.game.heroes_per_side
+    T, B, D, H = CHUNK, rows, spec.obs.size, spec.lstm_size
+    assert rollout.arch == spec.hash and rollout.source == "test/game-0"
+    assert rollout.versions.dtype == np.int64 and rollout.versions.tolist() == [3] * B
+    assert rollout.obs.shape == (T, B, D) and rollout.obs.dtype == np.float32
+    assert rollout.actions.shape == (T, B, spec.actions.columns) and rollout.actions.dtype == np.int64
+    for name in ("logp", "values", "rewards", "advantages", "returns"):
+        assert getattr(rollout, name).shape == (T, B) and getattr(rollout, name).dtype == np.float32, name
+    for name in ("dones", "starts"):
+        assert getattr(rollout, name).shape == (T, B) and getattr(rollout, name).dtype == np.bool_, name
+    assert rollout.h.shape == (B, H) and rollout.c.shape == (B, H)
+    assert set(rollout.masks) == {"type", *(h.name for h in spec.actions.heads)}
+    assert rollout.masks["type"].shape == (T, B, len(spec.actions.types))
+    np.testing.assert_allclose(rollout.returns, rollout.advantages + rollout.values, rtol=1e-5, atol=1e-5)
+    assert learner.rollouts[0].starts[0].all(), "the first chunk starts every game"
+
+    # The same parameters, run locally over each chunk from its stored LSTM state, give the
+    # log-probabilities and values the inference actor produced.
+    for rollout in rollouts[:3]:
+        with torch.no_grad():
+            logp, _, value = policy.evaluate(
+                torch.from_numpy(rollout.obs), {k: torch.from_numpy(v) for k, v in rollout.masks.items()},
+                torch.from_numpy(rollout.actions), torch.from_numpy(rollout.starts),
+                (torch.from_numpy(rollout.h), torch.from_numpy(rollout.c)),
+            )
+        np.testing.assert_allclose(logp.numpy(), rollout.logp, atol=1e-4)
+        np.testing.assert_allclose(policy.value_norm.denormalize(value).numpy(), rollout.values, atol=1e-4)
+    # Consecutive chunks continue each other, and a chunk's GAE looked WINDOW (= CHUNK) steps
+    # past it, bootstrapping from the value after the window.
+    first, second, third = rollouts[:3]
+    np.testing.assert_array_equal(second.starts[0], first.dones[-1])
+    span = {k: torch.from_numpy(np.concatenate([getattr(first, k), getattr(second, k)])) for k in ("rewards", "values", "dones")}
+    gamma = config.ppo.gamma(1.0 / config.game.steps_per_second)
+    advantages, _ = gae(span["rewards"], span["values"], span["dones"], torch.from_numpy(third.values[0]), gamma, config.ppo.gae_lambda)
+    np.testing.assert_allclose(first.advantages, advantages[:CHUNK].numpy(), rtol=1e-5, atol=1e-5)
+
+    stats = await system.ref("/game-0").ask(GetStats())
+    assert stats["chunks_sent"] >= 3 * B and stats["chunks_lost"] == 0 and stats["env_steps"] > 0
+    assert set(stats["rewards"]) >= {"win", "xp", "gold", "last_hit"}
+    istats = await system.ref("/inference").ask(GetStats())
+    assert istats["forwards"] > 0 and istats["latency_p99_ms"] >= istats["latency_p50_ms"] > 0
+    assert istats["version"] == 3
+
+
+async def test_one_inference_actor_merges_two_game_actors_requests_into_one_forward(system: ActorSystem) -> None:
+    rows = GAMES * 2 * 2
+    # Room for both actors' rows and a deadline far beyond a step: a forward waits for both.
+    config = tiny_config(inference_batch_rows=2 * rows, inference_deadline_ms=2000.0)
+    _, inference, games, (learner,) = start(system, config, games=2)
+    await until(lambda: inference.forwards >= 20)
+    assert inference.stats()["mean_batch_rows"] > 1.5 * rows
+    await until(lambda: {r.source for r in learner.rollouts} == {"test/game-0", "test/game-1"})
+
+
+async def test_games_survive_an_inference_restart_and_count_the_lost_steps(system: ActorSystem) -> None:
+    config = tiny_config()
+    _, inference, (game,), (learner,) = start(system, config)
+    await until(lambda: len(learner.rollouts) >= 1)
+    assert await system.stop("/inference") == "shutdown"
+    steps = game.batch_steps
+    await until(lambda: game.lost_steps >= 2)
+    assert game.batch_steps <= steps + 1, "no step is taken without inference"
+    system.spawn(InferenceActor("test/params", config=config), "/inference")
+    sent = len(learner.rollouts)
+    await until(lambda: len(learner.rollouts) >= sent + 3)
+    assert system.is_alive("/game-0")
+    stats = await system.ref("/game-0").ask(GetStats())
+    assert stats["lost_steps"] >= 2 and stats["batch_steps"] > steps
+
+
+async def test_a_request_of_another_arch_or_shape_is_refused_with_a_clear_error(system: ActorSystem) -> None:
+    config = tiny_config()
+    policy = initial_policy(model_spec(config), config.training.seed)
+    start(system, config, games=0)
+    spec = policy.spec
+    rows, D, H = 3, spec.obs.size, spec.lstm_size
+    types, heads = len(spec.actions.types), spec.actions.heads
+    masks = {"type": np.ones((rows, types), bool), **{h.name: np.ones((rows, types, h.size), bool) for h in heads}}
+    good = InferRequest(np.zeros((rows, D), np.float32), masks, np.zeros((rows, H), np.float32),
+                        np.zeros((rows, H), np.float32), np.full(rows, -1, np.int64), spec.hash)
+    ref = system.ref("/inference")
+    reply = await ref.ask(good, timeout=30)
+    assert reply.actions.shape == (rows, spec.actions.columns) and reply.versions.tolist() == [0] * rows
+    with pytest.raises(RemoteError, match="arch 'deadbeef'"):
+        await ref.ask(InferRequest(good.obs, masks, good.h, good.c, good.versions, "deadbeef"))
+    with pytest.raises(RemoteError, match=rf"obs must be float32 \[rows, {D}\]"):
+        await ref.ask(InferRequest(np.zeros((rows, D + 1), np.float32), masks, good.h, good.c, good.versions, spec.hash))
+    with pytest.raises(RemoteError, match=r"h must be float32"):
+        await ref.ask(InferRequest(good.obs, masks, np.zeros((rows, H + 1), np.float32), good.c, good.versions, spec.hash))
+    with pytest.raises(RemoteError, match="policy version 7 is not available: .*unknown parameter version 7"):
+        await ref.ask(InferRequest(good.obs, masks, good.h, good.c, np.full(rows, 7, np.int64), spec.hash))
+    assert (await ref.ask(good)).arch == spec.hash, "the actor goes on after refusing"
+
+
+async def test_past_opponents_play_team_one_and_only_latest_rows_are_shipped(system: ActorSystem) -> None:
+    config = tiny_config(past_opponent_share=1.0, pool_add_every=1)
+    spec = model_spec(config)
+    server = ParamServerActor(config=config)
+    system.spawn(server, "/params")
+    await system.wait_started(server.ref)
+    for version in (1, 2):  # both join the opponent pool; 2 is the latest
+        await server.ref.tell(publish(initial_policy(spec, version), version))
+    inference = InferenceActor("test/params", config=config)
+    system.spawn(inference, "/inference")
+    learner = LearnerStandIn()
+    system.spawn(learner, "/learner-0")
+    system.spawn(GameActor("test/inference", ["test/learner-0"], "test/params", config=config, seed=0), "/game-0")
+    # The games last 40 steps; each ends with a MatchResult against a pool member.
+    await until(lambda: server.counts["wins"] + server.counts["draws"] + server.counts["losses"] >= 2 * GAMES)
+    await until(lambda: 1 in inference.past)
+    heroes = config.game.heroes_per_side
+    # Team 1 always played a pool member: only team 0's rows are learned from.
+    assert all(r.versions.tolist() == [2] * (GAMES * heroes) for r in learner.rollouts)
+    # A new version is announced, fetched, and plays the latest rows.
+    await server.ref.tell(publish(initial_policy(spec, 3), 3))
+    await until(lambda: any(3 in r.versions.tolist() for r in learner.rollouts))
+
+
+async def test_chunks_for_a_learner_that_is_down_are_counted_lost(system: ActorSystem) -> None:
+    config = tiny_config()
+    system.spawn(ParamServerActor(config=config), "/params")
+    system.spawn(InferenceActor("test/params", config=config), "/inference")
+    game = GameActor("test/inference", ["test/nobody"], "test/params", config=config, seed=0)
+    system.spawn(game, "/game-0")
+    await until(lambda: game.chunks_lost > 0)
+    assert game.chunks_sent == 0
+
+
+async def test_inference_follows_a_restarted_param_server_back_to_its_versions(system: ActorSystem) -> None:
+    config = tiny_config()
+    spec = model_spec(config)
+    server, inference, _, _ = start(system, config, games=0)
+    await until(lambda: inference.version == 0)
+    await server.ref.tell(publish(initial_policy(spec, 5), 5))
+    await until(lambda: inference.version == 5)
+    await system.stop("/params")
+    # Without a run dir the new ParamServer starts again from version 0: the inference actor
+    # subscribes again and follows it rather than keeping parameters the server no longer has.
+    restarted = ParamServerActor(config=config)
+    system.spawn(restarted, "/params")
+    await until(lambda: inference.version == 0)
+    await restarted.ref.tell(publish(initial_policy(spec, 1), 1))
+    await until(lambda: inference.version == 1)
+
+
+async def test_a_game_actor_moves_on_to_another_inference_actor_when_one_dies(system: ActorSystem) -> None:
+    config = tiny_config()
+    system.spawn(ParamServerActor(config=config), "/params")
+    first, second = InferenceActor("test/params", config=config), InferenceActor("test/params", config=config)
+    system.spawn(first, "/inference-a")
+    system.spawn(second, "/inference-b")
+    learner = LearnerStandIn()
+    system.spawn(learner, "/learner-0")
+    game = GameActor(["test/inference-a", "test/inference-b"], ["test/learner-0"], "test/params", config=config, seed=0)
+    system.spawn(game, "/game-0")
+    await until(lambda: len(learner.rollouts) >= 1)
+    used = "/inference-a" if first.forwards else "/inference-b"
+    other = second if used == "/inference-a" else first
+    system.kill(used)
+    sent = len(learner.rollouts)
+    await until(lambda: len(learner.rollouts) >= sent + 3)
+    assert other.forwards > 0 and 1 <= game.lost_steps <= 2, "one failed ask, then the other inference actor"

@@ -13,7 +13,7 @@ import orjson
 
 from five_actors import __version__
 from five_actors.bench import BENCHMARKS
-from five_actors.errors import FiveActorsError
+from five_actors.errors import FiveActorsError, SurgeryRejected
 
 if TYPE_CHECKING:
     from five_actors.config import Config
@@ -263,6 +263,45 @@ def _add_supervisor_parsers(commands: argparse._SubParsersAction) -> None:  # ty
     node.set_defaults(func=cmd_node)
 
 
+def cmd_surgery(args: argparse.Namespace) -> int:
+    """Apply surgery operations to a checkpoint, verify that behaviour is kept, write the new checkpoint."""
+    from five_actors.config import load_config
+    from five_actors.logs import configure_logging
+    from five_actors.surgery.offline import checkpoint_surgery, format_report
+    from five_actors.surgery.ops import parse_ops
+
+    if args.out is None and not args.dry_run:
+        raise SurgeryRejected("give --out FILE for the new checkpoint, or --dry-run to only report")
+    game = load_config(args.config).game if args.config else None
+    configure_logging("surgery", None, level="warning")  # stdout carries the report only
+    report = checkpoint_surgery(
+        parse_ops(args.operation), args.checkpoint, None if args.dry_run else args.out, game, args.probe_steps, seed=args.seed
+    )
+    sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n" if args.json else format_report(report))
+    return 0
+
+
+def _add_surgery_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    surgery = commands.add_parser(
+        "surgery",
+        help="change a model's shape without changing what it does",
+        description=(
+            "Operations (join several with '+'): add-observation BLOCK.FEATURE ...|all; add-hero NAME; "
+            "add-unit-type BLOCK NAME; widen-lstm SIZE; widen-layer NAME SIZE; add-action NAME [HEAD ...]; game-version V."
+        ),
+    )
+    surgery.add_argument("operation", nargs="+", metavar="OP", help="an operation and its arguments, e.g. widen-lstm 256")
+    target = surgery.add_mutually_exclusive_group(required=True)
+    target.add_argument("--checkpoint", type=Path, metavar="FILE", help="the checkpoint to operate on (model and optimizer state)")
+    surgery.add_argument("--out", type=Path, metavar="FILE", help="where to write the new checkpoint (atomically)")
+    surgery.add_argument("--dry-run", action="store_true", help="report what would change and the verification, write nothing")
+    surgery.add_argument("--config", metavar="CONFIG", help="the run's config: its [game] section shapes the probe games")
+    surgery.add_argument("--probe-steps", type=int, default=256, metavar="N", help="steps of recorded games to verify on (default 256)")
+    surgery.add_argument("--seed", type=int, default=0, help="seed of the probe games and of new units' weights")
+    surgery.add_argument("--json", action="store_true", help="print the report as JSON")
+    surgery.set_defaults(func=cmd_surgery)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="five-actors", description="OpenAI Five-style distributed self-play training.")
     parser.add_argument("--version", action="version", version=f"five-actors {__version__}")
@@ -276,6 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_replay_parser(commands)
     _add_match_parser(commands)
     _add_supervisor_parsers(commands)
+    _add_surgery_parser(commands)
     return parser
 
 

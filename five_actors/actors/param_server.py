@@ -40,10 +40,9 @@ from five_actors.actors.messages import (
 )
 from five_actors.actors.params import Arrays, check_state, initial_policy, model_spec, state_arrays, template
 from five_actors.actors.pool import OpponentPool
-from five_actors.actors.store import CheckpointStore
+from five_actors.actors.store import CheckpointStore, Saved
 from five_actors.config import Config
 from five_actors.errors import CheckpointError, FiveActorsError, TrainingError
-from five_actors.model.policy import Policy
 from five_actors.model.spec import ModelSpec
 from five_actors.runtime.actor import Actor, message
 
@@ -111,7 +110,7 @@ class ParamServerActor(Actor):
             policy = await asyncio.to_thread(initial_policy, self.spec, self.training.seed)
             self.versions[0] = state_arrays(policy)
         else:
-            self._restore(saved)
+            await asyncio.to_thread(self._restore, saved)  # reads every pool member's checkpoint
             assert self.store is not None
             policy = self.store.model_for(self.spec)[0]  # built while reading the checkpoint
         self.arch = self.spec.hash
@@ -122,7 +121,7 @@ class ParamServerActor(Actor):
             if saved is None:
                 await self._checkpoint()  # version 0 stays on disk: the untrained reference, and resumable at once
 
-    def _restore(self, saved: Any) -> None:
+    def _restore(self, saved: Saved) -> None:
         """Continue from a checkpoint: counter, parameters, optimizer moments, the pool with its q values."""
         assert self.store is not None
         if saved.spec.hash != self.spec.hash:

@@ -13,5 +13,6 @@ BENCHMARKS: dict[str, str] = {
     "system": "five_actors.bench.system",
     "learn": "five_actors.bench.learn",
     "policy": "five_actors.bench.policy",
+    "surgery": "five_actors.bench.surgery",
 }
 """Benchmark name -> module path."""

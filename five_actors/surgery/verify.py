@@ -1,0 +1,291 @@
+"""The preservation check: old and new model play the same recorded games and must agree.
+
+Probes are a few hundred steps of real lane games played by the bots (observations, masks,
+episode starts). Each model runs over them with its own LSTM state, as it would in a game,
+so a widened LSTM's new units really do evolve and must still not leak into old outputs.
+Each model reads the probes in its own layout, projected by feature and action-type name:
+the old model reads the v1 features of a v2 observation, a new feature the probes lack is 0,
+and an action type the old model does not know is masked off for the new one (the
+"preserving while masked" promise of add-action).
+
+Compared at every step: every head's masked action probabilities (the type head, and each
+secondary head under every action type's mask) and the value head's output. A preserving
+surgery must keep the largest absolute difference within 1e-6 (float32).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import structlog
+import torch
+from torch import Tensor
+
+from five_actors.errors import SurgeryRejected
+from five_actors.game.config import HERO_TYPE_NAMES, GameConfig
+from five_actors.game.layout import ActionSpec, ObsSpec
+from five_actors.model.policy import MASKED_LOGIT, Policy, State
+from five_actors.model.spec import ModelSpec
+from five_actors.surgery.ops import SurgeryOp, apply
+from five_actors.surgery.state import ModelState
+
+log = structlog.get_logger("five_actors.surgery")
+
+TOLERANCE = 1e-6
+"""Largest absolute difference of a probability or value a preserving surgery may cause (float32)."""
+
+
+@dataclass
+class Probes:
+    """Recorded steps of real games, time-major: `obs` [T, rows, size], masks [T, rows, ...], starts [T, rows]."""
+
+    obs_spec: ObsSpec
+    action_spec: ActionSpec
+    obs: np.ndarray
+    masks: dict[str, np.ndarray]
+    starts: np.ndarray
+    """True where a row's step begins an episode (its LSTM state is reset before it)."""
+
+    @property
+    def steps(self) -> int:
+        return int(self.obs.shape[0])
+
+    @property
+    def rows(self) -> int:
+        return int(self.obs.shape[1])
+
+
+@dataclass
+class Verification:
+    """How far the new model's outputs are from the old one's on the probes."""
+
+    max_prob_diff: float
+    """Largest absolute difference of any action probability, over every head, row and step."""
+    head_diffs: dict[str, float]
+    """The same per head (`type` and each secondary head)."""
+    max_value_diff: float
+    """Largest absolute difference of the value head's output (in its normalised units)."""
+    steps: int
+    rows: int
+    tolerance: float = TOLERANCE
+
+    @property
+    def preserved(self) -> bool:
+        return self.max_prob_diff <= self.tolerance and self.max_value_diff <= self.tolerance
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready figures."""
+        return {**dataclasses.asdict(self), "preserved": self.preserved}
+
+
+def probe_config(spec: ModelSpec, base: GameConfig | None = None, version: int | None = None) -> GameConfig:
+    """A lane game whose observations carry the blocks and slots of `spec`, at `version` (default: the spec's)."""
+    base = base or GameConfig()
+    try:
+        heroes = [f.removeprefix("type_") for f in spec.obs.block("self").features if f.startswith("type_")]
+        config = dataclasses.replace(
+            base,
+            version=spec.obs.version if version is None else version,
+            hero_types=tuple(h for h in heroes if h in HERO_TYPE_NAMES) or base.hero_types,
+            heroes_per_side=spec.obs.block("allies").slots + 1,
+            creep_slots=spec.obs.block("creeps").slots,
+        )
+        structures = spec.obs.block("structures").slots
+    except (KeyError, ValueError) as exc:
+        raise SurgeryRejected(f"cannot record probes: the model's layout is not the lane game's ({exc})") from None
+    if 2 * config.structures_per_side != structures:
+        raise SurgeryRejected(
+            f"cannot record probes: the model sees {structures} structures, the game config {2 * config.structures_per_side}; "
+            "pass the run's config (lanes, towers_per_lane)"
+        )
+    return config
+
+
+def record_probes(config: GameConfig, steps: int = 256, games: int = 2, seed: int = 0) -> Probes:
+    """Play `steps` steps of `games` lane games, scripted bot against random bot, and record what the heroes saw."""
+    from five_actors.game.bots import RandomBot, ScriptedBot
+    from five_actors.game.env import LaneGame
+    from five_actors.game.match import team_rows
+
+    if steps < 1 or games < 1:
+        raise SurgeryRejected(f"probes need at least one step of one game, got {steps} steps of {games} games")
+    env = LaneGame(dataclasses.replace(config, games_per_batch=games, seed=seed))
+    bots = (ScriptedBot(env.config), RandomBot(seed))
+    obs, masks = env.reset(seed)
+    starts = np.ones(env.num_rows, dtype=bool)
+    record: dict[str, list[np.ndarray]] = {"obs": [], "starts": [], **{f"mask:{k}": [] for k in masks}}
+    for _ in range(steps):
+        record["obs"].append(obs)
+        record["starts"].append(starts)
+        for k, v in masks.items():
+            record[f"mask:{k}"].append(v)
+        actions = np.zeros((env.num_rows, env.action_spec.columns), dtype=np.int64)
+        for team, bot in enumerate(bots):
+            rows = team_rows(env, team)
+            actions[rows] = bot.act(obs[rows], {k: v[rows] for k, v in masks.items()})
+        step = env.step(actions)
+        obs, masks, starts = step.obs, step.masks, step.dones.copy()
+    stacked = {k: np.stack(v) for k, v in record.items()}
+    return Probes(
+        env.obs_spec,
+        env.action_spec,
+        stacked["obs"],
+        {k.removeprefix("mask:"): v for k, v in stacked.items() if k.startswith("mask:")},
+        stacked["starts"],
+    )
+
+
+def project_obs(obs: np.ndarray, source: ObsSpec, target: ObsSpec) -> np.ndarray:
+    """Observations `[..., source.size]` in `target`'s layout, by feature name; features `source` lacks are 0."""
+    index = np.full(target.size, -1, dtype=np.int64)
+    at = 0
+    for block in target.blocks:
+        try:
+            have = source.block(block.name)
+        except KeyError:
+            raise SurgeryRejected(f"the probes have no entity block {block.name!r}") from None
+        if have.slots != block.slots:
+            raise SurgeryRejected(f"block {block.name!r} has {have.slots} slots in the probes, {block.slots} in the model")
+        start = source.offset(block.name)
+        for slot in range(block.slots):
+            for f, feature in enumerate(block.features):
+                if feature in have.features:
+                    index[at + slot * block.width + f] = start + slot * have.width + have.features.index(feature)
+        at += block.size
+    out = obs[..., np.maximum(index, 0)]
+    out[..., index < 0] = 0.0
+    return out
+
+
+def project_masks(masks: Mapping[str, np.ndarray], source: ActionSpec, target: ActionSpec) -> dict[str, np.ndarray]:
+    """Masks in `target`'s action layout, by type name; types `source` lacks are masked off."""
+    if [(h.name, h.size) for h in source.heads] != [(h.name, h.size) for h in target.heads]:
+        raise SurgeryRejected("the probes' action heads differ from the model's")
+    index = np.array([source.types.index(t) if t in source.types else -1 for t in target.types])
+    known = index >= 0
+    out = {}
+    for name, mask in masks.items():
+        axis = mask.ndim - 1 if name == "type" else mask.ndim - 2
+        picked = np.take(mask, np.maximum(index, 0), axis=axis)
+        shape = [1] * mask.ndim
+        shape[axis] = len(index)
+        out[name] = picked & known.reshape(shape)
+    return out
+
+
+@torch.no_grad()
+def distributions(policy: Policy, obs: Tensor, masks: Mapping[str, Tensor], state: State) -> tuple[dict[str, Tensor], Tensor, State]:
+    """Every head's masked probabilities (`type` [rows, types]; a secondary head [rows, types, size] under
+    each type's mask), the value head's output [rows] and the next LSTM state."""
+    embeddings, core_in = policy._encode(obs)
+    h, c = policy.lstm(core_in, state)
+    probs = {"type": _softmax(policy.type_head(h).masked_fill(~masks["type"], MASKED_LOGIT))}
+    for head in policy.spec.actions.heads:
+        module = policy.heads[head.name]
+        if head.pointer_blocks:
+            logits = module(h, torch.cat([embeddings[b] for b in head.pointer_blocks], dim=1))
+        else:
+            logits = module(h)
+        probs[head.name] = _softmax(logits.unsqueeze(1).masked_fill(~masks[head.name], MASKED_LOGIT))
+    return probs, policy.value_head(h).squeeze(-1), (h, c)
+
+
+def _softmax(logits: Tensor) -> Tensor:
+    """Masked softmax over the last axis: masked choices get exactly 0, and exp never sees a -1e9 logit."""
+    legal = logits > MASKED_LOGIT / 2
+    shifted = (logits - logits.amax(-1, keepdim=True)).clamp(min=-80.0).exp() * legal
+    return shifted / shifted.sum(-1, keepdim=True).clamp(min=1e-30)
+
+
+def compare(old: ModelState, new: ModelState, probes: Probes) -> Verification:
+    """Run both models over the probes and measure how far apart their outputs are."""
+    models = []
+    for state in (old, new):
+        policy = state.build_policy()
+        obs = torch.as_tensor(project_obs(probes.obs, probes.obs_spec, state.spec.obs))
+        models.append((policy, obs))
+    # Both read the masks in the old layout: types the old model lacks are masked off for the new one.
+    old_masks = project_masks(probes.masks, probes.action_spec, old.spec.actions)
+    masks = [
+        {k: torch.as_tensor(v) for k, v in old_masks.items()},
+        {k: torch.as_tensor(v) for k, v in project_masks(old_masks, old.spec.actions, new.spec.actions).items()},
+    ]
+    old_types = torch.tensor([new.spec.actions.types.index(t) for t in old.spec.actions.types])
+    states = [p.initial_state(probes.rows) for p, _ in models]
+    diffs: dict[str, float] = {}
+    value_diff = 0.0
+    starts = torch.as_tensor(probes.starts)
+    for t in range(probes.steps):
+        keep = (~starts[t]).float().unsqueeze(-1)
+        outputs = []
+        for i, (policy, obs) in enumerate(models):
+            h, c = states[i]
+            probs, value, states[i] = distributions(policy, obs[t], {k: v[t] for k, v in masks[i].items()}, (h * keep, c * keep))
+            outputs.append((probs, value))
+        (old_probs, old_value), (new_probs, new_value) = outputs
+        for name, p in old_probs.items():
+            q = new_probs[name]
+            gap = (q[:, old_types] - p).abs().flatten()
+            if name == "type":  # types the old model lacks are masked: their probability must be 0
+                added = torch.ones(q.shape[-1], dtype=torch.bool)
+                added[old_types] = False
+                gap = torch.cat([gap, q[:, added].abs().flatten()])
+            diffs[name] = _worse(diffs.get(name, 0.0), gap)
+        value_diff = _worse(value_diff, (new_value - old_value).abs())
+    return Verification(_worse(0.0, torch.tensor(list(diffs.values()))), diffs, value_diff, probes.steps, probes.rows)
+
+
+def _worse(so_far: float, gaps: Tensor) -> float:
+    """The larger of `so_far` and the largest of `gaps`; NaN anywhere wins, so a broken model never passes."""
+    largest = float(gaps.max()) if gaps.numel() else 0.0
+    return math.nan if math.isnan(so_far) or math.isnan(largest) else max(so_far, largest)
+
+
+def verify(old: ModelState, new: ModelState, probes: Probes, tolerance: float = TOLERANCE) -> Verification:
+    """`compare`, refusing the surgery (SurgeryRejected with the figures) when outputs moved more than `tolerance`."""
+    result = compare(old, new, probes)
+    result.tolerance = tolerance
+    if not result.preserved:
+        worst = max(result.head_diffs, key=result.head_diffs.__getitem__)
+        raise SurgeryRejected(
+            f"the new model does not behave like the old one: max probability difference {result.max_prob_diff:.3g} "
+            f"(head {worst!r}), max value difference {result.max_value_diff:.3g}, tolerance {tolerance:g}, "
+            f"over {result.steps} steps x {result.rows} rows"
+        )
+    return result
+
+
+def operate(ops: list[SurgeryOp], state: ModelState, probes: Probes, seed: int = 0) -> tuple[ModelState, Verification]:
+    """Apply `ops` and verify the result on `probes`; either both succeed or SurgeryRejected is raised.
+
+    Logs `surgery` (operations, architecture before and after, the figures) or `surgery_rejected` (reason).
+    """
+    names = [str(op) for op in ops]
+    try:
+        new = apply(ops, state, seed)
+        result = verify(state, new, probes)
+    except SurgeryRejected as exc:
+        log.warning("surgery_rejected", operations=names, architecture=state.spec.hash, reason=str(exc))
+        raise
+    log.info("surgery", operations=names, architecture_from=state.spec.hash, architecture_to=new.spec.hash, **result.to_dict())
+    return new, result
+
+
+def operate_all(ops: list[SurgeryOp], states: Mapping[Any, ModelState], probes: Probes, seed: int = 0) -> dict[Any, tuple[ModelState, Verification]]:
+    """The same surgery on several versions (the latest and every past one in the opponent pool): all or none.
+
+    New units get the same initial weights in every version (one seed). A version that is
+    refused refuses the whole surgery, naming the version; nothing is returned changed.
+    """
+    results = {}
+    for key, state in states.items():
+        try:
+            results[key] = operate(ops, state, probes, seed)
+        except SurgeryRejected as exc:
+            raise SurgeryRejected(f"version {key}: {exc}") from None
+    return results

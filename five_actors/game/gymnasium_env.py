@@ -56,6 +56,7 @@ class GymBatchEnv:
 
     @property
     def num_rows(self) -> int:
+        """One row per environment copy."""
         return self.num_games
 
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:

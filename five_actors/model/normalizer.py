@@ -59,6 +59,7 @@ class ValueNorm(nn.Module):
 
     @property
     def std(self) -> Tensor:
+        """The running standard deviation of value targets."""
         return torch.sqrt(self.stats.var + self.eps)
 
     def normalize(self, x: Tensor) -> Tensor:

@@ -79,6 +79,7 @@ class Policy(nn.Module):
 
     @property
     def device(self) -> torch.device:
+        """Where the parameters live (from `model.device`)."""
         return self.type_head.weight.device
 
     def initial_state(self, rows: int) -> State:

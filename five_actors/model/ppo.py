@@ -54,6 +54,7 @@ class Chunks:
 
     @property
     def count(self) -> int:
+        """Chunks in the batch (B)."""
         return int(self.obs.shape[1])
 
     def select(self, index: Tensor) -> Chunks:

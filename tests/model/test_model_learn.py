@@ -17,8 +17,8 @@ def test_a_short_cartpole_run_improves_the_return() -> None:
     config = PPOConfig(learning_rate=1e-3, horizon_seconds=2.0)  # gamma 0.99 at 50 steps/s
     trainer = SyncTrainer(env, policy, config, config.gamma(env.seconds_per_step))
     reports: list[Progress] = []
-    trainer.train(25_000, reports.append)
+    trainer.train(16_000, reports.append)
     first, last = reports[0], reports[-1]
-    assert last.steps >= 25_000 and last.updates == len(reports) * config.epochs * config.minibatches
+    assert last.steps >= 16_000 and last.updates == len(reports) * config.epochs * config.minibatches
     assert first.mean_return is not None and first.mean_return < 40  # random play
-    assert last.mean_return is not None and last.mean_return > 150, [r.mean_return for r in reports]
+    assert last.mean_return is not None and last.mean_return > 120, [r.mean_return for r in reports]

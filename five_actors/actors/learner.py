@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from five_actors.actors.buffer import ExperienceBuffer, Minibatch, check_rollout, to_chunks
-from five_actors.actors.messages import GetParams, GetStats, Params, PublishParams, Rollout
+from five_actors.actors.messages import GetParams, GetStats, Params, ParamsAvailable, PublishParams, Rollout, Subscribe
 from five_actors.actors.param_server import GetOptimizerState, OptimizerState, resolve_settings
 from five_actors.actors.params import initial_policy, load_optimizer, load_state, model_spec, optimizer_arrays, state_arrays
 from five_actors.config import Config
@@ -135,6 +135,7 @@ class LearnerActor(Actor):
         """Seconds spent averaging gradients across the ranks."""
         self.last: dict[str, float] = {}
         self._grouped = False
+        self._adopting = False
 
     # -- start ----------------------------------------------------------------------------
 
@@ -162,7 +163,33 @@ class LearnerActor(Actor):
         await self.thread.run(lambda: self._build(spec, start))
         self.log.info("learner_started", version=self.version, world_size=self.world_size, device=str(self.device),
                       arch=self.arch, optimizer_restored=bool(start["optimizer"]))  # fmt: skip
+        if self.param_server:
+            # A surgery announces a new architecture through ParamsAvailable: see on_params_available.
+            await self.system.ref(self.param_server).tell(Subscribe(self.ref.address), sender=self.ref)
         self.spawn_task(self._train_forever(), "learner:train")
+
+    async def on_params_available(self, msg: ParamsAvailable) -> None:
+        """A new architecture (a live surgery): rebuild the policy and Adam from the ParamServer's operated state."""
+        if msg.arch == self.arch or self._adopting:
+            return
+        if self.world_size > 1:
+            # The ranks must switch in the same round; a restarted group starts from the new arch instead.
+            self.log.info("learner_arch_changed", arch_from=self.arch, arch_to=msg.arch, action="restart the group")
+            self.stop_self()
+            return
+        self._adopting = True
+        try:
+            start = await self._starting_point(self.config)
+            spec = ModelSpec.from_dict(start["spec"])
+            await self.thread.run(lambda: self._build(spec, start))  # after the round in flight, before the next
+            dropped = self.buffer.clear()
+            old = self.arch
+            self.spec, self.arch = spec, spec.hash
+            self.version, self.base_steps = start["version"], start["learner_steps"] - self.steps
+            self.log.info("learner_arch_adopted", arch_from=old, arch_to=self.arch, version=self.version,
+                          optimizer_restored=bool(start["optimizer"]), chunks_dropped=dropped)  # fmt: skip
+        finally:
+            self._adopting = False
 
     def _build(self, spec: ModelSpec, start: dict[str, Any]) -> None:
         """The policy and its PPO optimizer on this device, from the starting point (on the torch thread: slow)."""
@@ -409,6 +436,9 @@ class LearnerActor(Actor):
             "chunks_refused": counters.refused,
             "chunks_dropped_stale": counters.dropped_stale,
             "chunks_evicted_unused": counters.evicted_unused,
+            "chunks_dropped_arch": counters.dropped_arch,
+            "chunks_consumed": counters.consumed,
+            "arch": self.arch,
             "skipped_updates": self.skipped,
             "step_ms_mean": round(1e3 * self.busy_s / max(self.steps, 1), 3),
             "allreduce_ms_mean": round(1e3 * self.allreduce_s / max(self.steps, 1), 3),
@@ -420,7 +450,7 @@ class LearnerActor(Actor):
 
     def status(self) -> dict[str, Any]:
         stats = self.stats()
-        return {"progress": {"steps": stats["steps"], "version": stats.get("version", 0)},
+        return {"progress": {"steps": stats["steps"], "version": stats.get("version", 0), "arch": stats.get("arch")},
                 "metrics": {k: v for k, v in stats.items() if isinstance(v, (int, float)) and k != "rank"}}  # fmt: skip
 
 

@@ -377,5 +377,5 @@ class ParamServerActor(Actor):
 
     def status(self) -> dict[str, Any]:
         stats = self.stats()
-        metrics = {k: stats[k] for k in ("version", "learner_steps", "pool_size", "published", "refused", "checkpoints", "wins", "draws", "losses")}
-        return {"progress": {"version": self.version}, "metrics": metrics}
+        keys = ("version", "learner_steps", "pool_size", "published", "refused", "checkpoints", "wins", "draws", "losses", "surgeries")
+        return {"progress": {"version": self.version, "arch": self.arch}, "metrics": {k: stats[k] for k in keys}}

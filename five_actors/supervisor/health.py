@@ -155,7 +155,7 @@ def install(app: web.Application, agent: NodeAgent, shutdown: asyncio.Event) -> 
         ("GET", "/metrics", metrics),
         ("POST", "/control/kill", control_kill),
         ("POST", "/control/shutdown", control_shutdown),
-        ("POST", "/surgery", surgery_route(agent.system)),
+        ("POST", "/surgery", surgery_route(lambda: agent.system)),
     ]
     for method, path, handler in routes:
         app.router.add_route(method, path, handler)

@@ -10,6 +10,7 @@ The route forwards a Surgery message to the ParamServerActor running in this nod
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -54,8 +55,8 @@ def _parse(body: Any) -> Surgery:
     return Surgery(ops, dry_run, probe_steps)
 
 
-def make_route(system: ActorSystem) -> Any:
-    """The POST /surgery handler for a node whose actors live in `system`."""
+def make_route(actor_system: Callable[[], ActorSystem]) -> Any:
+    """The POST /surgery handler for a node whose actors live in `actor_system()` (known once the node runs)."""
 
     @require_token
     async def surgery(request: web.Request) -> web.Response:
@@ -63,6 +64,7 @@ def make_route(system: ActorSystem) -> Any:
             msg = _parse(await request.json())
         except ValueError as exc:  # JSONDecodeError is a ValueError
             return _error(400, "bad request", str(exc))
+        system = actor_system()
         path = param_server_path(system)
         if path is None:
             return _error(404, "not found", "no ParamServer runs on this node: send the surgery to the head")

@@ -59,7 +59,7 @@ class Run:
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     where = tmp_path_factory.mktemp("live")
     run_dir = where / "run"
-    proc = Proc(["up", "--port", "0", "--config", "smoke", "--run-dir", str(run_dir), "--set", "training.eval_every_s=1000"], where, "up")
+    proc = Proc(["up", "--port", "0", "--config", "smoke", "--run-dir", str(run_dir)], where, "up")
     try:
         port = proc.wait_for_output(r"serving http://127\.0\.0\.1:(\d+)", timeout=60).group(1)
         running = Run(proc, f"http://127.0.0.1:{port}", run_dir)
@@ -103,6 +103,8 @@ def test_widen_lstm_then_add_observation_and_training_goes_on(run: Run) -> None:
     wait_until(lambda: metric(run.url, "/root/rollouts/game-0", "game_arch_switches") == 2, timeout=120, what="the game's second switch")
     wait_until(lambda: run.version() >= second["version_to"] + 2, timeout=120, what="versions advancing after the second swap")
 
+    rounds = metric(run.url, "/root/eval", "eval_rounds") or 0
+    wait_until(lambda: (metric(run.url, "/root/eval", "eval_rounds") or 0) > rounds, timeout=120, what="an eval round on the new arch")
     view = get(f"{run.url}/actors")[1]
     assert all(a.get("restarts", 0) == 0 for a in view["actors"]), [(a["path"], a.get("restarts")) for a in view["actors"]]
     assert not log_events(run.run_dir, "actor_crashed")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import structlog
@@ -255,7 +255,7 @@ class ParamServerActor(Actor):
         self._surgery = self.spawn_task(self._operate(words, bool(msg.dry_run), int(msg.probe_steps), reply), "params:surgery")
         return reply
 
-    def _reject(self, words: list[str], reason: str) -> None:
+    def _reject(self, words: list[str], reason: str) -> NoReturn:
         self.log.warning("surgery_rejected", operations=words, arch=self.arch, reason=reason)
         raise SurgeryRejected(reason)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import asyncio
+
 import pytest
 
 from five_actors.actors.messages import GetParams, GetStats, ParamsAvailable, PublishParams, Subscribe, Surgery
@@ -55,7 +57,11 @@ async def test_a_live_widen_lstm_operates_latest_and_pool_and_announces_the_new_
         await ref.ask(Surgery(["frobnicate"], probe_steps=16), timeout=120)
     assert (await ref.ask(GetStats()))["version"] == 2
 
-    report = await ref.ask(Surgery(["widen-lstm", "48"], probe_steps=16), timeout=120)
+    first = asyncio.ensure_future(ref.ask(Surgery(["widen-lstm", "48"], probe_steps=16), timeout=120))
+    await asyncio.sleep(0)  # the first is delivered before the second
+    with pytest.raises(RemoteError, match="already in flight"):
+        await ref.ask(Surgery(["widen-lstm", "64"], probe_steps=16), timeout=120)
+    report = await first
     assert report["version_to"] == 3 and report["changes"]["widths"]["lstm_size"] == [32, 48]
     assert sorted(report["versions_operated"]) == [2]
     stats = await ref.ask(GetStats())
@@ -68,3 +74,12 @@ async def test_a_live_widen_lstm_operates_latest_and_pool_and_announces_the_new_
     # The old architecture's parameters are refused from now on.
     await ref.tell(PublishParams(4, old_arch, {}, base, learner_steps=4))
     assert (await ref.ask(GetStats()))["version"] == 3
+
+    # A resumed run continues on the new architecture, its pool member too.
+    await system.stop(ref)
+    resumed = ParamServerActor(config=config, run_dir=str(tmp_path))
+    ref = system.spawn(resumed, "/params2")
+    assert await system.wait_started(ref) is None
+    stats = await ref.ask(GetStats())
+    assert stats["arch"] == report["changes"]["architecture"]["to"] and stats["version"] == 3
+    assert (await ref.ask(GetParams(2))).spec["lstm_size"] == 48

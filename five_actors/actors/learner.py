@@ -181,11 +181,8 @@ class LearnerActor(Actor):
         try:
             start = await self._starting_point(self.config)
             spec = ModelSpec.from_dict(start["spec"])
-            await self.thread.run(lambda: self._build(spec, start))  # after the round in flight, before the next
-            dropped = self.buffer.clear()
             old = self.arch
-            self.spec, self.arch = spec, spec.hash
-            self.version, self.base_steps = start["version"], start["learner_steps"] - self.steps
+            dropped = await self.thread.run(lambda: self._adopt(spec, start))  # after the round in flight, before the next
             self.log.info("learner_arch_adopted", arch_from=old, arch_to=self.arch, version=self.version,
                           optimizer_restored=bool(start["optimizer"]), chunks_dropped=dropped)  # fmt: skip
         finally:
@@ -198,6 +195,15 @@ class LearnerActor(Actor):
         load_state(self.policy, start["state"])
         if start["optimizer"]:
             load_optimizer(self.ppo.optimizer, start["optimizer"])
+
+    def _adopt(self, spec: ModelSpec, start: dict[str, Any]) -> int:
+        """Switch to a new architecture on the torch thread, so no round sees old chunks with the new policy.
+
+        Returns how many never-used chunks of the old architecture were dropped."""
+        self._build(spec, start)
+        self.spec, self.arch = spec, spec.hash
+        self.version, self.base_steps = start["version"], start["learner_steps"] - self.steps
+        return self.buffer.clear()
 
     def _join_group(self) -> None:
         host = self._master[0] or self.training.rendezvous_host
@@ -259,8 +265,11 @@ class LearnerActor(Actor):
     # -- chunks ---------------------------------------------------------------------------
 
     async def on_rollout(self, msg: Rollout) -> None:
+        spec = self.spec
         try:
-            batch = check_rollout(msg, self.spec, self.training.rollout_chunk_steps)
+            batch = check_rollout(msg, spec, self.training.rollout_chunk_steps)
+            if spec is not self.spec:  # the torch thread switched architecture meanwhile (_adopt)
+                raise TrainingError(f"rollout of architecture {msg.arch!r} arrived during a switch to {self.arch!r}")
         except TrainingError as exc:
             batch = msg.versions.shape[0] if isinstance(msg.versions, np.ndarray) and msg.versions.ndim == 1 else 1
             self.buffer.refused(batch)

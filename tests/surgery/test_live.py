@@ -74,6 +74,8 @@ def test_a_refused_surgery_changes_nothing(run: Run) -> None:
     for token in (None, "not-the-token"):
         status, body = post(f"{run.url}/surgery", {"ops": ["widen-lstm", "64"]}, token)
         assert status == 401 and body["error"] == "unauthorized"
+    status, body = post(f"{run.url}/surgery", {"ops": []}, run.token)
+    assert status == 400 and "ops" in body["message"], body
     status, body = post(f"{run.url}/surgery", {"ops": ["widen-lstm", "16"]}, run.token)
     assert status == 400 and "widen-lstm 16" in body["message"], body
     status, body = post(f"{run.url}/surgery", {"ops": ["widen-lstm", "64"], "dry_run": True, "probe_steps": 32}, run.token)

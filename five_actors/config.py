@@ -9,7 +9,6 @@ these into a ConfigError naming the full key, so nothing starts on a bad config.
 from __future__ import annotations
 
 import dataclasses
-import os
 import tomllib
 import types
 import typing
@@ -20,8 +19,8 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 
 import orjson
 
-from five_actors.actors.config import TrainingConfig
 from five_actors.errors import ConfigError
+from five_actors.files import write_atomic
 from five_actors.runtime.config import NodeConfig
 from five_actors.supervisor.config import TreeConfig
 from five_actors.game.config import GameConfig
@@ -204,10 +203,7 @@ def config_to_dict(config: Config) -> dict[str, Any]:
 def write_run_config(config: Config, run_dir: Path) -> Path:
     """Write RUN_DIR/config.json atomically (a reader never sees half a file); returns its path."""
     path = run_dir / RUN_CONFIG
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_bytes(orjson.dumps(config_to_dict(config), option=orjson.OPT_INDENT_2))
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, orjson.dumps(config_to_dict(config), option=orjson.OPT_INDENT_2))
 
 
 def read_run_config(run_dir: Path) -> Config:

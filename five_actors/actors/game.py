@@ -364,14 +364,17 @@ class GameActor(Actor):
             gone: asyncio.Future[str] = loop.create_future()
             unwatch = self.system.watch_address(address, lambda reason, f=gone: f.done() or f.set_result(reason))
             try:
-                try:
-                    async with asyncio.timeout(LEARNER_GRACE_S):
-                        reason = await gone
-                except TimeoutError:
+                # asyncio.wait, not a timeout around `await gone`: that would cancel the future.
+                await asyncio.wait([gone], timeout=LEARNER_GRACE_S)
+                if not gone.done():
                     if not self.learner_up[address]:
                         self.learner_up[address] = True
                         self.log.info("learner_up", learner=address)
-                    reason = await gone
+                    # A watch over a link that died with its process may never fire: a failed
+                    # send (which marks the learner down) also ends this watch, and a new one is set.
+                    while not gone.done() and self.learner_up[address]:
+                        await asyncio.wait([gone], timeout=LEARNER_GRACE_S)
+                reason = gone.result() if gone.done() else "a send to it failed"
             finally:
                 unwatch()
             if self.learner_up[address]:

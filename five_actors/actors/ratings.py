@@ -8,7 +8,6 @@ reported score is `mu - mu(random)`, so random play is 0 as on the paper's scale
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import orjson
 import trueskill
 
 from five_actors.errors import FiveActorsError
+from five_actors.files import write_atomic
 
 MU = 25.0
 SIGMA = MU / 3
@@ -90,10 +90,7 @@ class Ratings:
 
 def save_state(path: Path, state: dict[str, Any]) -> None:
     """Write the evaluator's state (ratings, rounds, version history) atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(orjson.dumps({"format": FILE_FORMAT, **state}, option=orjson.OPT_INDENT_2))
-    os.replace(tmp, path)
+    write_atomic(path, orjson.dumps({"format": FILE_FORMAT, **state}, option=orjson.OPT_INDENT_2))
 
 
 def load_state(path: Path) -> dict[str, Any] | None:

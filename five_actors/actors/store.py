@@ -10,7 +10,6 @@ member's, so any version the pool can hand out can still be loaded.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ import torch
 
 from five_actors.actors.params import Arrays, load_optimizer, load_state, optimizer_arrays, state_arrays
 from five_actors.errors import CheckpointError
+from five_actors.files import write_atomic
 from five_actors.model.checkpoint import read_checkpoint, save_checkpoint
 from five_actors.model.policy import Policy
 from five_actors.model.spec import ModelSpec
@@ -125,17 +125,3 @@ class CheckpointStore:
         if not isinstance(data, dict):
             raise CheckpointError(f"{path}: expected a JSON object")
         return data
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a fsynced temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(temporary, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)

@@ -30,6 +30,7 @@ import msgpack
 import numpy as np
 
 from five_actors.errors import GameError
+from five_actors.files import write_atomic
 
 UNIT_COLUMNS = ("x", "y", "team", "kind", "type", "hp_frac", "alive", "level")
 """The columns of a frame's unit rows, in order."""
@@ -146,18 +147,7 @@ class Recorder:
             "result": dict(result),
         }
         data = msgpack.packb(document, default=_plain, use_bin_type=True)
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        try:
-            with open(temporary, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, target)
-        finally:
-            temporary.unlink(missing_ok=True)
-        return target
+        return write_atomic(path, data)
 
 
 def _field(document: dict[str, Any], key: str, kind: type | tuple[type, ...], path: Path) -> Any:

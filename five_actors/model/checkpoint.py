@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ import orjson
 import torch
 
 from five_actors.errors import CheckpointError, ModelError
+from five_actors.files import write_atomic
 from five_actors.model.policy import Policy
 from five_actors.model.spec import ModelSpec
 
@@ -55,21 +55,7 @@ def save_checkpoint(path: str | Path, policy: Policy, optimizer: torch.optim.Opt
     header = orjson.dumps({"spec": policy.spec.to_dict(), "spec_hash": policy.spec.hash, "counters": dict(counters or {})})
     body = _LENGTH.pack(len(header)) + header + _LENGTH.pack(len(payload)) + payload
     data = MAGIC + body + hashlib.sha256(body).digest()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(temporary, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    write_atomic(path, data)
 
 
 def read_checkpoint(path: str | Path, expect: ModelSpec | None = None, map_location: str | torch.device = "cpu") -> Checkpoint:

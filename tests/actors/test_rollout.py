@@ -260,3 +260,15 @@ async def test_a_game_actor_moves_on_to_another_inference_actor_when_one_dies(sy
     sent = len(learner.rollouts)
     await until(lambda: len(learner.rollouts) >= sent + 3)
     assert other.forwards > 0 and 1 <= game.lost_steps <= 2, "one failed ask, then the other inference actor"
+
+
+async def test_chunks_are_counted_lost_while_the_learner_is_down_and_flow_again_after_its_restart(system: ActorSystem) -> None:
+    config = tiny_config()
+    _, _, (game,), (learner,) = start(system, config)
+    await until(lambda: len(learner.rollouts) >= 1)
+    await system.stop("/learner-0")
+    await until(lambda: game.chunks_lost > 0)
+    restarted = LearnerStandIn()
+    system.spawn(restarted, "/learner-0")
+    await until(lambda: len(restarted.rollouts) >= 2)
+    assert system.is_alive("/game-0")

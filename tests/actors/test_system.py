@@ -99,14 +99,7 @@ def test_eval_rates_the_policy_and_metrics_show_the_training_facts(run: Run) -> 
     run.proc.wait_for_output(r"vs scripted [\d.]+ \[[\d.]+, [\d.]+\] \| TrueSkill -?[\d.]+", timeout=60)
 
 
-LEARNER_RESTART = pytest.mark.xfail(
-    reason="known bug (rollout): after a learner process is killed the group restarts from the latest version, "
-    "but the GameActor keeps reporting 'no learner is up' and loses every chunk, so versions stop advancing",
-    strict=False,
-)
-
-
-@pytest.mark.parametrize("path", ["/root/inference", "/root/rollouts/game-0", pytest.param("/root/learners/learner-0", marks=LEARNER_RESTART)])
+@pytest.mark.parametrize("path", ["/root/inference", "/root/rollouts/game-0", "/root/learners/learner-0"])
 def test_kill_9_of_each_process_kind_is_survived(run: Run, path: str) -> None:
     wait_until(lambda: _version(run.url) >= 1, timeout=START, what="training started")
     run.kill_and_recover(path)

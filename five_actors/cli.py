@@ -264,7 +264,9 @@ def _add_supervisor_parsers(commands: argparse._SubParsersAction) -> None:  # ty
 
 
 def cmd_surgery(args: argparse.Namespace) -> int:
-    """Apply surgery operations to a checkpoint, verify that behaviour is kept, write the new checkpoint."""
+    """Apply surgery operations to a checkpoint (or a live cluster's model), verify that behaviour is kept, write the result."""
+    if args.url:
+        return _live_surgery(args)
     from five_actors.config import load_config
     from five_actors.logs import configure_logging
     from five_actors.surgery.offline import checkpoint_surgery, format_report
@@ -281,6 +283,40 @@ def cmd_surgery(args: argparse.Namespace) -> int:
     return 0
 
 
+def _live_surgery(args: argparse.Namespace) -> int:
+    """`surgery OP ... --url`: POST /surgery to a running head and print its report."""
+    import urllib.error
+    import urllib.request
+
+    from five_actors.supervisor.main import read_token
+    from five_actors.surgery.offline import format_report
+
+    if args.token_file is None:
+        raise FiveActorsError("a live surgery needs the cluster token: give --token-file RUN_DIR/token")
+    token = read_token(Path(args.token_file))
+    body = orjson.dumps({"ops": args.operation, "dry_run": args.dry_run, "probe_steps": args.probe_steps})
+    request = urllib.request.Request(f"{args.url.rstrip('/')}/surgery", data=body, method="POST",
+                                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=660) as response:
+            report = orjson.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        answer = orjson.loads(exc.read() or b"{}")
+        raise SurgeryRejected(f"{args.url} refused the surgery ({exc.code}): {answer.get('message', exc.reason)}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise FiveActorsError(f"cannot reach {args.url}: {getattr(exc, 'reason', exc)}") from None
+    if args.json:
+        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    latest = report["verification"][str(report["version_from"])]
+    text = format_report({**report, "verification": latest, "out": None})
+    if not report["dry_run"]:
+        text = text.replace("dry run: nothing written", f"live: version {report['version_from']} -> {report['version_to']}, "
+                            f"{len(report['versions_operated'])} version(s) operated")  # fmt: skip
+    sys.stdout.write(text)
+    return 0
+
+
 def _add_surgery_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     surgery = commands.add_parser(
         "surgery",
@@ -293,6 +329,8 @@ def _add_surgery_parser(commands: argparse._SubParsersAction) -> None:  # type: 
     surgery.add_argument("operation", nargs="+", metavar="OP", help="an operation and its arguments, e.g. widen-lstm 256")
     target = surgery.add_mutually_exclusive_group(required=True)
     target.add_argument("--checkpoint", type=Path, metavar="FILE", help="the checkpoint to operate on (model and optimizer state)")
+    target.add_argument("--url", metavar="http://HEAD:PORT", help="operate on a running cluster's model (POST /surgery to its head)")
+    surgery.add_argument("--token-file", metavar="FILE", help="with --url: the cluster token (the head's RUN_DIR/token)")
     surgery.add_argument("--out", type=Path, metavar="FILE", help="where to write the new checkpoint (atomically)")
     surgery.add_argument("--dry-run", action="store_true", help="report what would change and the verification, write nothing")
     surgery.add_argument("--config", metavar="CONFIG", help="the run's config: its [game] section shapes the probe games")

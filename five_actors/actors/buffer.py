@@ -46,6 +46,8 @@ class Counters:
     refused: int = 0
     dropped_stale: int = 0
     evicted_unused: int = 0
+    dropped_arch: int = 0
+    """Never-used chunks dropped because a surgery changed the architecture."""
     consumed: int = 0
     """Chunk uses by optimizer steps (a chunk trained on twice counts twice)."""
 
@@ -131,6 +133,14 @@ class ExperienceBuffer:
                     self.counters.evicted_unused += 1
             self.counters.received += batch
             self._produced.append((now, batch))
+
+    def clear(self) -> int:
+        """Drop every chunk (a surgery changed the architecture); returns how many were never trained on."""
+        with self._lock:
+            unused = sum(1 for c in self.chunks if c.uses == 0)
+            self.chunks.clear()
+            self.counters.dropped_arch += unused
+            return unused
 
     def refused(self, batch: int) -> None:
         """Count `batch` chunks refused on arrival."""

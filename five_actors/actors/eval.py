@@ -35,6 +35,7 @@ from five_actors.game.match import Bot, replay_meta
 from five_actors.game.replay import Recorder
 from five_actors.model.policy import Policy
 from five_actors.model.spec import ModelSpec
+from five_actors.surgery.verify import project_masks, project_obs
 from five_actors.runtime.actor import Actor
 from five_actors.supervisor.processes import DEVICE_ENV
 
@@ -83,8 +84,19 @@ def play_round(config: GameConfig, policy: Policy, opponent: Bot | Policy, games
     Returns the policy's outcome per game (1 win, 0.5 draw, 0 loss); with `record`, saves the
     replay of game 0 (the policy on team 0) there.
     """
-    env = LaneGame(dataclasses.replace(config, games_per_batch=games, seed=seed))
+    # After a live surgery the policy may read another game version's layout: play that version.
+    env = LaneGame(dataclasses.replace(config, games_per_batch=games, seed=seed, version=policy.spec.obs.version))
     obs, masks = env.reset(seed)
+    layout = policy.spec.obs, policy.spec.actions
+
+    def view(o: np.ndarray, m: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Observations and masks in the policies' layout (it differs from the game's after add-observation/add-action)."""
+        if env.obs_spec != layout[0]:
+            o = project_obs(o, env.obs_spec, layout[0])
+        if env.action_spec != layout[1]:
+            m = project_masks(m, env.action_spec, layout[1])
+        return o, m
+
     hps = env.agents_per_team
     rows = np.arange(env.num_rows)
     game_of, team_of = rows // (2 * hps), (rows // hps) % 2
@@ -100,8 +112,12 @@ def play_round(config: GameConfig, policy: Policy, opponent: Bot | Policy, games
     while len(outcomes) < games:
         step_no += 1
         actions = np.zeros((env.num_rows, env.action_spec.columns), dtype=np.int64)
-        actions[mine] = player.act(obs[mine], {k: m[mine] for k, m in masks.items()})
-        actions[~mine] = other.act(obs[~mine], {k: m[~mine] for k, m in masks.items()})
+        seen = view(obs, masks)
+        actions[mine] = player.act(seen[0][mine], {k: m[mine] for k, m in seen[1].items()})
+        if isinstance(other, PolicyPlayer):
+            actions[~mine] = other.act(seen[0][~mine], {k: m[~mine] for k, m in seen[1].items()})
+        else:
+            actions[~mine] = other.act(obs[~mine], {k: m[~mine] for k, m in masks.items()})
         step = env.step(actions)
         obs, masks = step.obs, step.masks
         for result in env.results:

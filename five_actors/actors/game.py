@@ -30,7 +30,7 @@ import torch
 
 from five_actors.actors.inference import LATEST, actor_config
 from five_actors.actors.messages import (
-    GetStats, InferReply, InferRequest, MatchResult, Opponent, OpponentRequest, Rollout,
+    GetParams, GetStats, InferReply, InferRequest, MatchResult, Opponent, OpponentRequest, Rollout,
 )
 from five_actors.config import Config
 from five_actors.errors import ActorDown, AskTimeout, FiveActorsError, ModelError, RemoteError
@@ -38,6 +38,7 @@ from five_actors.game.env import LaneGame
 from five_actors.model.ppo import gae
 from five_actors.model.spec import ModelSpec
 from five_actors.runtime.actor import Actor
+from five_actors.surgery.verify import project_masks, project_obs
 
 log = structlog.get_logger("five_actors.game_actor")
 
@@ -100,6 +101,8 @@ class GameActor(Actor):
         self.chunks_partial = 0
         self.lost_steps = 0
         self.infer_refused = 0
+        self.arch_switches = 0
+        self.steps_dropped_arch = 0
         self.games_finished = 0
         self.past_games = 0
         self.match_results = 0
@@ -149,11 +152,16 @@ class GameActor(Actor):
             await self._pick_opponent(g)
         while True:
             latest = self._row_versions() == LATEST
-            reply = await self._infer(obs, masks, h, c)
+            model_obs, model_masks = self._model_inputs(obs, masks)
+            try:
+                reply = await self._infer(model_obs, model_masks, h, c)
+            except _ArchChanged as change:
+                obs, masks, h, c, starts = await self._switch_arch(change.spec, obs, masks, h, c, starts)
+                continue
             actions = np.array(reply.actions)  # writable: a read-only array would make numba compile the kernel again
             step = await asyncio.to_thread(game.step, actions) if self.batch_steps == 0 else game.step(actions)
             self.buffer.append(_StepRecord(
-                obs, masks, h, c, actions, np.asarray(reply.logp), np.asarray(reply.value),
+                model_obs, model_masks, h, c, actions, np.asarray(reply.logp), np.asarray(reply.value),
                 step.rewards, step.dones, starts, np.asarray(reply.versions), latest,
                 {k.removeprefix("reward/"): v for k, v in step.infos.items() if k.startswith("reward/")},
             ))  # fmt: skip
@@ -215,6 +223,8 @@ class GameActor(Actor):
             except RemoteError as exc:
                 self.infer_refused += 1
                 self.log.warning("infer_refused", inference=address, error=str(exc))
+                if "arch" in exc.message:
+                    await self._follow_arch()
                 # A past version the inference actor cannot load: play those games against the latest.
                 if "version" in exc.message and np.any(self.opponents != LATEST):
                     self.opponents[:] = LATEST
@@ -226,6 +236,46 @@ class GameActor(Actor):
                 self._next_inference = (self._next_inference + 1) % len(self.inference_addresses)
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_S)
+
+    # -- a live surgery's hand-over -------------------------------------------------------
+
+    async def _follow_arch(self) -> None:
+        """After an arch refusal: raise _ArchChanged when the ParamServer's latest is of another architecture."""
+        try:
+            params = await self.params.ask(GetParams(-1), timeout=10.0)
+        except FiveActorsError as exc:
+            self.log.warning("arch_check_failed", error=str(exc))
+            return
+        if params.arch != self.arch:
+            raise _ArchChanged(ModelSpec.from_dict(params.spec))
+
+    def _model_inputs(self, obs: np.ndarray, masks: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The game's observation and masks in the model's layout (they differ after add-observation or add-action)."""
+        if self.spec.obs != self.game.obs_spec:
+            obs = project_obs(obs, self.game.obs_spec, self.spec.obs)
+        if self.spec.actions != self.game.action_spec:
+            masks = project_masks(masks, self.game.action_spec, self.spec.actions)
+        return obs, masks
+
+    async def _switch_arch(self, spec: ModelSpec, obs: np.ndarray, masks: dict[str, np.ndarray], h: np.ndarray, c: np.ndarray, starts: np.ndarray) -> tuple[Any, ...]:
+        """Play on with the new architecture: buffered steps of the old one are dropped (never shipped), new LSTM
+        units start at 0; a new game version restarts the games in a rebuilt lane game."""
+        self.steps_dropped_arch += len(self.buffer)
+        self.buffer.clear()
+        old, self.spec, self.arch = self.arch, spec, spec.hash
+        self.arch_switches += 1
+        if spec.obs.version != self.game.config.version:
+            self.game = await asyncio.to_thread(LaneGame, dataclasses.replace(self.game.config, version=spec.obs.version))
+            obs, masks = await asyncio.to_thread(self.game.reset, self.seed)
+            h = np.zeros((self.game.num_rows, spec.lstm_size), np.float32)
+            c = np.zeros_like(h)
+            starts = np.ones(self.game.num_rows, np.bool_)
+        else:
+            width = spec.lstm_size - h.shape[1]
+            h, c = (np.pad(x, ((0, 0), (0, width))) for x in (h, c))
+        self.log.info("game_arch_switched", arch_from=old, arch_to=self.arch, game_version=spec.obs.version,
+                      lstm_size=spec.lstm_size, steps_dropped=self.steps_dropped_arch)  # fmt: skip
+        return obs, masks, h, c, starts
 
     def _add_rewards(self, infos: dict[str, np.ndarray], latest: np.ndarray) -> None:
         for key, value in infos.items():
@@ -350,6 +400,9 @@ class GameActor(Actor):
             "chunks_partial": self.chunks_partial,
             "lost_steps": self.lost_steps,
             "infer_refused": self.infer_refused,
+            "arch": self.arch,
+            "arch_switches": self.arch_switches,
+            "steps_dropped_arch": self.steps_dropped_arch,
             "games_finished": self.games_finished,
             "past_opponent_games": self.past_games,
             "match_results": self.match_results,
@@ -361,6 +414,14 @@ class GameActor(Actor):
         metrics = {f"game_{k}": v for k, v in stats.items() if isinstance(v, (int, float))}
         metrics.update({f"game_reward_{k}": v for k, v in self.reward_totals.items()})
         return {"progress": {"env_steps": self.env_steps, "chunks": self.chunks_sent}, "metrics": metrics}
+
+
+class _ArchChanged(Exception):
+    """Raised out of _infer when the run's architecture changed (a live surgery); carries the new spec."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__(spec.hash)
+        self.spec = spec
 
 
 def _rows_of(reply: Any) -> str:

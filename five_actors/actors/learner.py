@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from five_actors.actors.buffer import ExperienceBuffer, Minibatch, check_rollout, to_chunks
-from five_actors.actors.messages import GetParams, GetStats, Params, PublishParams, Rollout
+from five_actors.actors.messages import GetParams, GetStats, Params, ParamsAvailable, PublishParams, Rollout, Subscribe
 from five_actors.actors.param_server import GetOptimizerState, OptimizerState, resolve_settings
 from five_actors.actors.params import initial_policy, load_optimizer, load_state, model_spec, optimizer_arrays, state_arrays
 from five_actors.config import Config
@@ -135,6 +135,7 @@ class LearnerActor(Actor):
         """Seconds spent averaging gradients across the ranks."""
         self.last: dict[str, float] = {}
         self._grouped = False
+        self._adopting = False
 
     # -- start ----------------------------------------------------------------------------
 
@@ -162,7 +163,30 @@ class LearnerActor(Actor):
         await self.thread.run(lambda: self._build(spec, start))
         self.log.info("learner_started", version=self.version, world_size=self.world_size, device=str(self.device),
                       arch=self.arch, optimizer_restored=bool(start["optimizer"]))  # fmt: skip
+        if self.param_server:
+            # A surgery announces a new architecture through ParamsAvailable: see on_params_available.
+            await self.system.ref(self.param_server).tell(Subscribe(self.ref.address), sender=self.ref)
         self.spawn_task(self._train_forever(), "learner:train")
+
+    async def on_params_available(self, msg: ParamsAvailable) -> None:
+        """A new architecture (a live surgery): rebuild the policy and Adam from the ParamServer's operated state."""
+        if msg.arch == self.arch or self._adopting:
+            return
+        if self.world_size > 1:
+            # The ranks must switch in the same round; a restarted group starts from the new arch instead.
+            self.log.info("learner_arch_changed", arch_from=self.arch, arch_to=msg.arch, action="restart the group")
+            self.stop_self()
+            return
+        self._adopting = True
+        try:
+            start = await self._starting_point(self.config)
+            spec = ModelSpec.from_dict(start["spec"])
+            old = self.arch
+            dropped = await self.thread.run(lambda: self._adopt(spec, start))  # after the round in flight, before the next
+            self.log.info("learner_arch_adopted", arch_from=old, arch_to=self.arch, version=self.version,
+                          optimizer_restored=bool(start["optimizer"]), chunks_dropped=dropped)  # fmt: skip
+        finally:
+            self._adopting = False
 
     def _build(self, spec: ModelSpec, start: dict[str, Any]) -> None:
         """The policy and its PPO optimizer on this device, from the starting point (on the torch thread: slow)."""
@@ -171,6 +195,15 @@ class LearnerActor(Actor):
         load_state(self.policy, start["state"])
         if start["optimizer"]:
             load_optimizer(self.ppo.optimizer, start["optimizer"])
+
+    def _adopt(self, spec: ModelSpec, start: dict[str, Any]) -> int:
+        """Switch to a new architecture on the torch thread, so no round sees old chunks with the new policy.
+
+        Returns how many never-used chunks of the old architecture were dropped."""
+        self._build(spec, start)
+        self.spec, self.arch = spec, spec.hash
+        self.version, self.base_steps = start["version"], start["learner_steps"] - self.steps
+        return self.buffer.clear()
 
     def _join_group(self) -> None:
         host = self._master[0] or self.training.rendezvous_host
@@ -232,8 +265,11 @@ class LearnerActor(Actor):
     # -- chunks ---------------------------------------------------------------------------
 
     async def on_rollout(self, msg: Rollout) -> None:
+        spec = self.spec
         try:
-            batch = check_rollout(msg, self.spec, self.training.rollout_chunk_steps)
+            batch = check_rollout(msg, spec, self.training.rollout_chunk_steps)
+            if spec is not self.spec:  # the torch thread switched architecture meanwhile (_adopt)
+                raise TrainingError(f"rollout of architecture {msg.arch!r} arrived during a switch to {self.arch!r}")
         except TrainingError as exc:
             batch = msg.versions.shape[0] if isinstance(msg.versions, np.ndarray) and msg.versions.ndim == 1 else 1
             self.buffer.refused(batch)
@@ -409,6 +445,9 @@ class LearnerActor(Actor):
             "chunks_refused": counters.refused,
             "chunks_dropped_stale": counters.dropped_stale,
             "chunks_evicted_unused": counters.evicted_unused,
+            "chunks_dropped_arch": counters.dropped_arch,
+            "chunks_consumed": counters.consumed,
+            "arch": self.arch,
             "skipped_updates": self.skipped,
             "step_ms_mean": round(1e3 * self.busy_s / max(self.steps, 1), 3),
             "allreduce_ms_mean": round(1e3 * self.allreduce_s / max(self.steps, 1), 3),
@@ -420,7 +459,7 @@ class LearnerActor(Actor):
 
     def status(self) -> dict[str, Any]:
         stats = self.stats()
-        return {"progress": {"steps": stats["steps"], "version": stats.get("version", 0)},
+        return {"progress": {"steps": stats["steps"], "version": stats.get("version", 0), "arch": stats.get("arch")},
                 "metrics": {k: v for k, v in stats.items() if isinstance(v, (int, float)) and k != "rank"}}  # fmt: skip
 
 

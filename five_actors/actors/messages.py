@@ -159,3 +159,18 @@ class MatchResult:
 @message
 class GetStats:
     """Ask any of the five actors for its metrics; the reply is a dict (for the live line, /metrics, logs)."""
+
+
+@message
+class Surgery:
+    """Ask the ParamServer to operate on the live model (five_actors.surgery.ops words, `+` between operations).
+
+    The latest version and every opponent-pool version are operated and verified, all or none;
+    replied with the report (a JSON-ready dict). `dry_run`: report only, change nothing.
+    A refusal is a RemoteError (SurgeryRejected) with the reason.
+    """
+
+    ops: list[str]
+    dry_run: bool = False
+    probe_steps: int = 128
+

@@ -13,8 +13,15 @@ any other version still on disk is loaded on request.
 Refused, with a `params_refused` log line and a count, never stored: parameters of another
 architecture, of the wrong names or shapes, or not newer than the latest version.
 
+Surgery (the Surgery message, issue 6's hot swap): the latest version and every pool member
+are operated and verified on a thread (all or none) while the actor keeps serving; meanwhile
+PublishParams and OptimizerState are refused (the learners' work of the old architecture).
+The result becomes version latest+1 of the new architecture, with the pool members (same
+version numbers) and Adam's moments mapped by the surgery; all of them are checkpointed, then
+every subscriber hears ParamsAvailable with the new arch. A refusal changes nothing.
+
 Events: params_published, params_refused, checkpoint_saved, checkpoint_restored,
-opponent_pool_added, match_result.
+opponent_pool_added, match_result, surgery, surgery_rejected.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import structlog
@@ -37,13 +44,16 @@ from five_actors.actors.messages import (
     ParamsAvailable,
     PublishParams,
     Subscribe,
+    Surgery,
 )
 from five_actors.actors.params import Arrays, check_state, initial_policy, model_spec, state_arrays, template
 from five_actors.actors.pool import OpponentPool
 from five_actors.actors.store import CheckpointStore, Saved
 from five_actors.config import Config
-from five_actors.errors import CheckpointError, FiveActorsError, TrainingError
+from five_actors.errors import CheckpointError, FiveActorsError, SurgeryRejected, TrainingError
+from five_actors.model.policy import Policy
 from five_actors.model.spec import ModelSpec
+from five_actors.surgery.live import LiveResult, live_surgery
 from five_actors.runtime.actor import Actor, message
 
 log = structlog.get_logger("five_actors.params")
@@ -96,10 +106,13 @@ class ParamServerActor(Actor):
         self.last_refusal: str | None = None
         self.pool = OpponentPool(eta=1.0)  # replaced in on_start by the configured pool
         self._lock = asyncio.Lock()
+        self._surgery: asyncio.Task[Any] | None = None
+        self.surgeries = 0
 
     async def on_start(self) -> None:
         config, run_dir = resolve_settings(self, self._config_arg, self._run_dir_arg)
         self.training = config.training
+        self.game = config.game
         self.log = log.bind(actor=self.ref.path)
         self.store = None if run_dir is None else CheckpointStore(run_dir / "checkpoints")
         self.rng = np.random.default_rng(self.training.seed)
@@ -180,6 +193,8 @@ class ParamServerActor(Actor):
             await self._checkpoint()
 
     def _check_publish(self, msg: PublishParams) -> None:
+        if self._surgery is not None:
+            raise TrainingError("a surgery is in flight: parameters of the old architecture are not kept")
         if msg.arch != self.arch:
             raise TrainingError(f"parameters of architecture {msg.arch!r}, this run's is {self.arch!r}")
         if not isinstance(msg.version, int) or msg.version <= self.version:
@@ -193,6 +208,8 @@ class ParamServerActor(Actor):
 
     async def on_optimizer_state(self, msg: OptimizerState) -> None:
         try:
+            if self._surgery is not None:
+                raise TrainingError("a surgery is in flight: the old architecture's optimizer state is not kept")
             if msg.arch != self.arch:
                 raise TrainingError(f"optimizer state of architecture {msg.arch!r}, this run's is {self.arch!r}")
             if not isinstance(msg.state, dict) or not all(isinstance(v, np.ndarray) for v in msg.state.values()):
@@ -225,6 +242,64 @@ class ParamServerActor(Actor):
         if saved.spec.hash != self.arch:
             raise TrainingError(f"parameter version {version} is of architecture {saved.spec.hash}, not {self.arch}")
         return saved.state
+
+    # -- surgery --------------------------------------------------------------------------
+
+    async def on_surgery(self, msg: Surgery) -> asyncio.Future[dict[str, Any]]:
+        words = [str(w) for w in msg.ops] if isinstance(msg.ops, (list, tuple)) else []
+        if not words:
+            self._reject(words, "no operations given")
+        if self._surgery is not None:
+            self._reject(words, "a surgery is already in flight; try again when it has finished")
+        reply: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._surgery = self.spawn_task(self._operate(words, bool(msg.dry_run), int(msg.probe_steps), reply), "params:surgery")
+        return reply
+
+    def _reject(self, words: list[str], reason: str) -> NoReturn:
+        self.log.warning("surgery_rejected", operations=words, arch=self.arch, reason=reason)
+        raise SurgeryRejected(reason)
+
+    async def _operate(self, words: list[str], dry_run: bool, probe_steps: int, reply: asyncio.Future[dict[str, Any]]) -> None:
+        try:
+            latest, spec = self.version, self.spec
+            versions = {v: self.versions[v] for v in {latest, *self.pool.versions} if v in self.versions}
+            optimizer = self.optimizer[1] if self.optimizer is not None else None
+            started = time.perf_counter()
+            try:
+                result = await asyncio.to_thread(live_surgery, words, spec, versions, latest, optimizer, self.game, probe_steps, self.training.seed)
+            except SurgeryRejected as exc:
+                self._reject(words, str(exc))
+            report = {**result.report, "dry_run": dry_run, "version_from": latest, "seconds": round(time.perf_counter() - started, 3)}
+            if not dry_run:
+                report["version_to"] = await self._adopt(latest, result)
+            self.log.info("surgery", operations=words, dry_run=dry_run, spec_from=spec.to_dict(), spec_to=result.spec.to_dict(),
+                          arch_from=spec.hash, arch_to=result.spec.hash, version_from=latest, version_to=report.get("version_to"),
+                          changes=report["changes"], verification=report["verification"], seconds=report["seconds"])  # fmt: skip
+            reply.set_result(report)
+        except FiveActorsError as exc:
+            reply.set_exception(exc)
+        finally:
+            self._surgery = None
+
+    async def _adopt(self, latest: int, result: LiveResult) -> int:
+        """Make the operated arrays the run's: version latest+1 of the new arch, the pool re-saved, subscribers told."""
+        policy = await asyncio.to_thread(Policy, result.spec)
+        new_version = latest + 1
+        self.spec, self.arch = result.spec, result.spec.hash
+        self._template = template(policy)
+        self.versions = {**{v: a for v, a in result.versions.items() if v != latest or v in self.pool}, new_version: result.versions[latest]}
+        self.version = new_version
+        self.optimizer = None if result.optimizer is None else (new_version, result.optimizer)
+        self.surgeries += 1
+        if self.store is not None:
+            store = self.store
+            await asyncio.to_thread(store.model_for, result.spec, policy)
+            for member in self.pool.versions:  # a resumed run must find the pool in the new architecture
+                if member in self.versions:
+                    await asyncio.to_thread(store.save, member, result.spec, self.versions[member], None, {"learner_steps": self.learner_steps})
+            await self._checkpoint()
+        await self._notify(ParamsAvailable(new_version, self.arch))
+        return new_version
 
     # -- subscribers ----------------------------------------------------------------------
 
@@ -293,6 +368,7 @@ class ParamServerActor(Actor):
             "subscribers": len(self.subscribers),
             "last_checkpoint": self.last_checkpoint,
             "last_refusal": self.last_refusal,
+            "surgeries": self.surgeries,
             **self.counts,
         }
 
@@ -301,5 +377,5 @@ class ParamServerActor(Actor):
 
     def status(self) -> dict[str, Any]:
         stats = self.stats()
-        metrics = {k: stats[k] for k in ("version", "learner_steps", "pool_size", "published", "refused", "checkpoints", "wins", "draws", "losses")}
-        return {"progress": {"version": self.version}, "metrics": metrics}
+        keys = ("version", "learner_steps", "pool_size", "published", "refused", "checkpoints", "wins", "draws", "losses", "surgeries")
+        return {"progress": {"version": self.version, "arch": self.arch}, "metrics": {k: stats[k] for k in keys}}

@@ -6,6 +6,7 @@
                             every number an actor reports in status()["metrics"])
     POST /control/kill      {"path": "/root/x"}: kill that actor on this node (needs the token)
     POST /control/shutdown  stop this node's tree cleanly, as SIGTERM does (needs the token)
+    POST /surgery           the live surgery (five_actors.surgery.http; needs the token)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from prometheus_client.registry import Collector
 
 from five_actors.runtime.node import require_token
 from five_actors.supervisor.agent import NodeAgent
+from five_actors.surgery.http import make_route as surgery_route
 
 VIEW_KEY = web.AppKey("five_actors.agent", NodeAgent)
 """`app[VIEW_KEY]` is the node's agent, which builds every view these routes serve."""
@@ -153,6 +155,7 @@ def install(app: web.Application, agent: NodeAgent, shutdown: asyncio.Event) -> 
         ("GET", "/metrics", metrics),
         ("POST", "/control/kill", control_kill),
         ("POST", "/control/shutdown", control_shutdown),
+        ("POST", "/surgery", surgery_route(lambda: agent.system)),
     ]
     for method, path, handler in routes:
         app.router.add_route(method, path, handler)

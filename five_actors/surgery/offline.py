@@ -63,7 +63,7 @@ def checkpoint_surgery(
     """
     ckpt = read_checkpoint(checkpoint)
     old = state_of(ckpt)
-    version = max(old.spec.obs.version, *(_target_version(op) for op in ops))
+    version = max(old.spec.obs.version, *(target_version(op) for op in ops))
     probes = record_probes(probe_config(old.spec, game, version), probe_steps, probe_games, seed)
     new, verification = operate(list(ops), old, probes, seed)
     if out is not None:
@@ -78,7 +78,7 @@ def checkpoint_surgery(
     }
 
 
-def _target_version(op: SurgeryOp) -> int:
+def target_version(op: SurgeryOp) -> int:
     """The game version an operation moves to (probes are recorded there, so new features carry real values)."""
     if op.name == "game-version" and len(op.args) == 1 and op.args[0].isdigit():
         return int(op.args[0])

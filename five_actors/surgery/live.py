@@ -1,0 +1,104 @@
+"""Surgery on a running cluster's parameters: the ParamServer's arrays in, operated arrays out.
+
+The ParamServer holds each version as `{name: ndarray}` and Adam's moments as `INDEX.KEY`
+arrays (five_actors.actors.params). This module turns them into ModelStates, runs the same
+operations on the latest version and on every opponent-pool version (verify.operate_all: all
+or none, one seed so new units start alike everywhere), verifies each on probes recorded from
+real lane games, and turns the results back into arrays. It never touches the caller's
+arrays: a refused surgery raises SurgeryRejected and the caller keeps what it had.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from five_actors.errors import SurgeryRejected
+from five_actors.game.config import GameConfig
+from five_actors.model.spec import ModelSpec
+from five_actors.surgery.offline import target_version
+from five_actors.surgery.ops import describe, parse_ops
+from five_actors.surgery.state import ModelState, parameter_names
+from five_actors.surgery.verify import operate_all, probe_config, record_probes
+
+Arrays = dict[str, np.ndarray]
+
+
+@dataclass
+class LiveResult:
+    """What a live surgery produced: the new spec, every version's new arrays, the mapped moments, the report."""
+
+    spec: ModelSpec
+    versions: dict[int, Arrays]
+    optimizer: Arrays | None
+    report: dict[str, Any]
+
+
+def to_model_state(spec: ModelSpec, state: Mapping[str, np.ndarray], optimizer: Mapping[str, np.ndarray] | None = None) -> ModelState:
+    """A ModelState from ParamServer arrays (optimizer: `INDEX.KEY` arrays, or None)."""
+    params = {k: torch.from_numpy(np.array(v)) for k, v in state.items()}
+    if optimizer is None:
+        return ModelState(spec, params)
+    entries: dict[int, dict[str, torch.Tensor]] = {}
+    for name, array in optimizer.items():
+        index, _, key = name.partition(".")
+        if not index.isdigit() or not key:
+            raise SurgeryRejected(f"the optimizer state has an entry {name!r}, expected INDEX.KEY")
+        entries.setdefault(int(index), {})[key] = torch.from_numpy(np.array(array))
+    groups = [{"params": list(range(len(parameter_names(spec))))}]
+    return ModelState(spec, params, {"state": entries, "param_groups": groups})
+
+
+def state_to_arrays(state: ModelState) -> tuple[Arrays, Arrays | None]:
+    """The parameters and the `INDEX.KEY` optimizer arrays of a ModelState."""
+    params = {k: v.detach().cpu().numpy().copy() for k, v in state.params.items()}
+    if state.optimizer is None:
+        return params, None
+    moments = {
+        f"{index}.{key}": torch.as_tensor(value).detach().cpu().numpy().copy()
+        for index, entry in state.optimizer["state"].items()
+        for key, value in entry.items()
+    }
+    return params, moments
+
+
+def live_surgery(
+    words: Sequence[str],
+    spec: ModelSpec,
+    versions: Mapping[int, Arrays],
+    latest: int,
+    optimizer: Arrays | None,
+    game: GameConfig,
+    probe_steps: int = 128,
+    seed: int = 0,
+) -> LiveResult:
+    """Operate on every version in `versions` (`latest` carries `optimizer`); SurgeryRejected when any is refused.
+
+    Blocking and CPU-heavy: call it in a thread.
+    """
+    ops = parse_ops(list(words))
+    if latest not in versions:
+        raise SurgeryRejected(f"the latest version {latest} is not among the versions given")
+    states = {v: to_model_state(spec, arrays, optimizer if v == latest else None) for v, arrays in versions.items()}
+    version = max(spec.obs.version, *(target_version(op) for op in ops))
+    probes = record_probes(probe_config(spec, game, version), probe_steps, 1, seed)
+    results = operate_all(ops, states, probes, seed)
+    new_versions: dict[int, Arrays] = {}
+    new_optimizer: Arrays | None = None
+    for v, (new, _check) in results.items():
+        params, moments = state_to_arrays(new)
+        new_versions[v] = params
+        if v == latest:
+            new_optimizer = moments
+    new_spec = results[latest][0].spec
+    report = {
+        "operations": [str(op) for op in ops],
+        "changes": describe(states[latest], results[latest][0]),
+        "verification": {str(v): check.to_dict() for v, (_new, check) in results.items()},
+        "versions_operated": sorted(results),
+    }
+    return LiveResult(new_spec, new_versions, new_optimizer, report)

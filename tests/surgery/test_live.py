@@ -1,0 +1,118 @@
+"""The live surgery on a running `five-actors up --config smoke`: POST /surgery and `surgery --url`.
+
+One run is shared (starting the processes is the slow part): a refused surgery (bad token,
+shrink) changes nothing; widen-lstm through HTTP and add-observation through the CLI change
+the architecture everywhere, and training goes on (versions advance, chunks of the new arch
+are trained on, no actor crashes).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.supervisor.cluster import REPO, Proc, get, log_events, wait_until
+
+pytestmark = pytest.mark.timeout(600)
+
+START = 240.0
+"""Seconds for the tree's processes to start on a busy 2-core machine."""
+
+
+def post(url: str, body: dict[str, Any], token: str | None) -> tuple[int, Any]:
+    """POST JSON with a timeout long enough for a surgery."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"})
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=300) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def metric(url: str, path: str, name: str, part: str = "metrics") -> Any:
+    """A number (or, with part="progress", a progress field) the actor at `path` reports in /actors."""
+    view = get(f"{url}/actors")[1]
+    entry = next((a for a in view["actors"] if a["path"] == path), None)
+    return None if entry is None else (entry.get("status") or {}).get(part, {}).get(name)
+
+
+class Run:
+    def __init__(self, proc: Proc, url: str, run_dir: Path) -> None:
+        self.proc, self.url, self.run_dir = proc, url, run_dir
+        self.token = (run_dir / "token").read_text().strip()
+
+    def version(self) -> int:
+        return int(metric(self.url, "/root/params", "version") or 0)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    where = tmp_path_factory.mktemp("live")
+    run_dir = where / "run"
+    proc = Proc(["up", "--port", "0", "--config", "smoke", "--run-dir", str(run_dir)], where, "up")
+    try:
+        port = proc.wait_for_output(r"serving http://127\.0\.0\.1:(\d+)", timeout=60).group(1)
+        running = Run(proc, f"http://127.0.0.1:{port}", run_dir)
+        wait_until(lambda: running.version() >= 2, timeout=START, what="training under way")
+        yield running
+    finally:
+        proc.kill()
+
+
+def test_a_refused_surgery_changes_nothing(run: Run) -> None:
+    stats_before = metric(run.url, "/root/params", "surgeries")
+    for token in (None, "not-the-token"):
+        status, body = post(f"{run.url}/surgery", {"ops": ["widen-lstm", "64"]}, token)
+        assert status == 401 and body["error"] == "unauthorized"
+    status, body = post(f"{run.url}/surgery", {"ops": []}, run.token)
+    assert status == 400 and "ops" in body["message"], body
+    status, body = post(f"{run.url}/surgery", {"ops": ["widen-lstm", "16"]}, run.token)
+    assert status == 400 and "widen-lstm 16" in body["message"], body
+    status, body = post(f"{run.url}/surgery", {"ops": ["widen-lstm", "64"], "dry_run": True, "probe_steps": 32}, run.token)
+    assert status == 200 and body["dry_run"] and body["changes"]["widths"]["lstm_size"] == [32, 64]
+    assert metric(run.url, "/root/params", "surgeries") == stats_before == 0
+    assert log_events(run.run_dir, "surgery_rejected")
+
+
+def test_widen_lstm_then_add_observation_and_training_goes_on(run: Run) -> None:
+    status, report = post(f"{run.url}/surgery", {"ops": ["widen-lstm", "48"], "probe_steps": 32}, run.token)
+    assert status == 200, report
+    new_arch = report["changes"]["architecture"]["to"]
+    swapped_at = report["version_to"]
+    assert metric(run.url, "/root/params", "arch", "progress") == new_arch
+    wait_until(lambda: metric(run.url, "/root/learners/learner-0", "arch", "progress") == new_arch, timeout=120, what="the learner on the new arch")
+    wait_until(lambda: metric(run.url, "/root/rollouts/game-0", "game_arch_switches") == 1, timeout=120, what="the game on the new arch")
+    wait_until(lambda: run.version() >= swapped_at + 2, timeout=120, what="versions advancing after the swap")
+
+    done = subprocess.run(
+        [sys.executable, "-m", "five_actors", "surgery", "add-observation", "all", "--url", run.url,
+         "--token-file", str(run.run_dir / "token"), "--probe-steps", "32", "--json"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    second = json.loads(done.stdout)
+    assert second["changes"]["architecture"]["from"] == new_arch and second["changes"]["features_added"]
+    wait_until(lambda: metric(run.url, "/root/rollouts/game-0", "game_arch_switches") == 2, timeout=120, what="the game's second switch")
+    wait_until(lambda: run.version() >= second["version_to"] + 2, timeout=120, what="versions advancing after the second swap")
+
+    rounds = metric(run.url, "/root/eval", "eval_rounds") or 0
+    wait_until(lambda: (metric(run.url, "/root/eval", "eval_rounds") or 0) > rounds, timeout=120, what="an eval round on the new arch")
+    view = get(f"{run.url}/actors")[1]
+    assert all(a.get("restarts", 0) == 0 for a in view["actors"]), [(a["path"], a.get("restarts")) for a in view["actors"]]
+    assert not log_events(run.run_dir, "actor_crashed")
+    # Chunk accounting: every chunk a game made reached a learner (trained, dropped or refused) or was lost.
+    # The learner is read first: chunks keep flowing, and the game's count can only have grown since.
+    received = metric(run.url, "/root/learners/learner-0", "chunks_received")
+    refused = metric(run.url, "/root/learners/learner-0", "chunks_refused")
+    made = metric(run.url, "/root/rollouts/game-0", "game_chunks_sent")
+    assert made >= received + refused > 0

@@ -396,20 +396,28 @@ class LearnerActor(Actor):
 
     def _counters(self, minibatch: Minibatch, seconds: float) -> dict[str, float]:
         staleness = minibatch.staleness
-        counters = self.buffer.counters
         return {
             "step": self.base_steps + self.steps,
             "version": self.version,
             "staleness_mean": float(np.mean(staleness)),
             "staleness_max": float(np.max(staleness)),
+            "step_ms": round(seconds * 1e3, 3),
+            **self._buffer_stats(),
+        }
+
+    def _buffer_stats(self) -> dict[str, Any]:
+        """The experience buffer's reuse, throughput and chunk counts."""
+        counters = self.buffer.counters
+        return {
             "sample_reuse": round(self.buffer.reuse(), 4),
             "samples_per_s": round(self.buffer.consumed_per_s(), 1),
-            "step_ms": round(seconds * 1e3, 3),
             "buffer_chunks": len(self.buffer),
             "chunks_received": counters.received,
             "chunks_refused": counters.refused,
             "chunks_dropped_stale": counters.dropped_stale,
             "chunks_evicted_unused": counters.evicted_unused,
+            "chunks_dropped_arch": counters.dropped_arch,
+            "chunks_consumed": counters.consumed,
             "skipped_updates": self.skipped,
         }
 
@@ -432,23 +440,13 @@ class LearnerActor(Actor):
         """The latest step's losses and counters, plus the buffer's current reuse and throughput."""
         if not hasattr(self, "buffer"):
             return {"rank": self.rank, "steps": 0}
-        counters = self.buffer.counters
         return {
             **self.last,
             "rank": self.rank,
             "steps": self.steps,
             "version": self.version,
-            "sample_reuse": round(self.buffer.reuse(), 4),
-            "samples_per_s": round(self.buffer.consumed_per_s(), 1),
-            "buffer_chunks": len(self.buffer),
-            "chunks_received": counters.received,
-            "chunks_refused": counters.refused,
-            "chunks_dropped_stale": counters.dropped_stale,
-            "chunks_evicted_unused": counters.evicted_unused,
-            "chunks_dropped_arch": counters.dropped_arch,
-            "chunks_consumed": counters.consumed,
+            **self._buffer_stats(),
             "arch": self.arch,
-            "skipped_updates": self.skipped,
             "step_ms_mean": round(1e3 * self.busy_s / max(self.steps, 1), 3),
             "allreduce_ms_mean": round(1e3 * self.allreduce_s / max(self.steps, 1), 3),
             "allreduce_share": round(self.allreduce_s / self.busy_s, 4) if self.busy_s else 0.0,

@@ -8,7 +8,6 @@ POST /control/shutdown): the tree's children stopped in reverse, then the node.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import os
 import secrets
@@ -181,10 +180,15 @@ async def _print_progress(agent: NodeAgent, out: TextIO, progress_line: Callable
     live = out.isatty()
     while True:
         await asyncio.sleep(1.0)
-        with contextlib.suppress(FiveActorsError):
+        try:
             line = progress_line(await agent.view(), time.monotonic() - started)
-            out.write(f"\r{line}\x1b[K" if live else f"{line}\n")
-            out.flush()
+        except FiveActorsError:
+            continue  # the view is incomplete while a child restarts; the next second will do
+        except Exception:  # noqa: BLE001 - a broken line must not end the live line for the run
+            log.exception("progress_line_failed")
+            continue
+        out.write(f"\r{line}\x1b[K" if live else f"{line}\n")
+        out.flush()
 
 
 async def child_node(node_id: str, path: str, spec_json: str, parent: str, run_dir: str, log_level: str) -> int:

@@ -21,7 +21,8 @@ class ProgressLine:
         counters: dict[str, float] = {}
         for a in actors:
             for name, value in (a.get("status") or {}).get("progress", {}).items():
-                counters[name] = counters.get(name, 0.0) + float(value)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):  # counters; labels such as `arch` are not
+                    counters[name] = counters.get(name, 0.0) + float(value)
         rates = []
         for name, value in sorted(counters.items()):
             before = self._previous.get(name)

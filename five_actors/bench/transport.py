@@ -3,9 +3,11 @@
 One server process runs a Node (a sink and an echo actor) and, on a second port, a bare
 aiohttp websocket endpoint that does the same with plain msgpack. This process measures both
 in one run over loopback: tell throughput, ask round trip, and 1 MiB float32 array
-throughput, and reports medians over repeats beside the bare figure. `ratio` is ours as a
-fraction of the bare speed: ours / bare for throughputs, bare / ours for latencies, so
-above 1 means faster than bare and the aim is >= 0.8.
+throughput, and reports medians over repeats beside the bare figure; also the CPU time both
+processes spend per tell and per ask round trip, which a busy machine disturbs less than
+wall-clock figures. `ratio` is ours as a fraction of the bare speed: ours / bare for
+throughputs, bare / ours for latencies and CPU times, so above 1 means faster than bare and
+the aim is >= 0.8.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ class BenchArray:
 
 @message
 class BenchFlush:
-    """Asks the sink how many tells it has seen (after every earlier tell on the link)."""
+    """Asks the sink how many tells it has seen (after every earlier tell on the link) and the
+    server's CPU seconds so far."""
 
 
 @message
@@ -74,8 +77,8 @@ class Sink(Actor):
     async def on_bench_array(self, msg: BenchArray) -> None:
         self.count += 1
 
-    async def on_bench_flush(self, msg: BenchFlush) -> int:
-        return self.count
+    async def on_bench_flush(self, msg: BenchFlush) -> list[float]:
+        return [self.count, time.process_time()]
 
     async def on_bench_echo(self, msg: BenchEcho) -> BenchEcho:
         return msg
@@ -121,20 +124,13 @@ async def _measure(args: argparse.Namespace, token: str, node_url: str, bare_url
     await node.connect(node_url)
     sink = node.ref("bench-server/sink")
     array = np.random.default_rng(0).standard_normal(ARRAY_FLOATS).astype(np.float32)
-    results: dict[str, list[float]] = {k: [] for k in ("tell", "tell_bare", "p50", "p99", "p50_bare", "p99_bare", "array", "array_bare")}
+    names = ("tell", "tell_cpu", "p50", "p99", "ask_cpu", "array")
+    results: dict[str, list[float]] = {f"{k}{side}": [] for k in names for side in ("", "_bare")}
     async with aiohttp.ClientSession() as session:
         bare = await session.ws_connect(f"{bare_url}/bare", max_msg_size=config.max_message_bytes, compress=0)
         for _ in range(args.repeats):
-            results["tell"].append(await _ours_tells(sink, args.tells))
-            results["tell_bare"].append(await _bare_tells(bare, args.tells))
-            p50, p99 = await _ours_asks(sink, args.asks)
-            results["p50"].append(p50)
-            results["p99"].append(p99)
-            p50, p99 = await _bare_asks(bare, args.asks)
-            results["p50_bare"].append(p50)
-            results["p99_bare"].append(p99)
-            results["array"].append(await _ours_arrays(sink, array, args.arrays))
-            results["array_bare"].append(await _bare_arrays(bare, array, args.arrays))
+            _record(results, "", await _ours_tells(sink, args.tells), await _ours_asks(sink, args.asks), await _ours_arrays(sink, array, args.arrays))
+            _record(results, "_bare", await _bare_tells(bare, args.tells), await _bare_asks(bare, args.asks), await _bare_arrays(bare, array, args.arrays))
         await bare.close()
     await node.stop()
     med = {k: statistics.median(v) for k, v in results.items()}
@@ -145,8 +141,15 @@ async def _measure(args: argparse.Namespace, token: str, node_url: str, bare_url
         "ask_rtt_p50_us": _pair(med["p50"], med["p50_bare"], higher_is_better=False),
         "ask_rtt_p99_us": _pair(med["p99"], med["p99_bare"], higher_is_better=False),
         "array_1mib_mb_per_s": _pair(med["array"], med["array_bare"], higher_is_better=True),
+        "tell_cpu_us_per_msg": _pair(med["tell_cpu"], med["tell_cpu_bare"], higher_is_better=False),
+        "ask_cpu_us_per_round_trip": _pair(med["ask_cpu"], med["ask_cpu_bare"], higher_is_better=False),
         "params": {"tells": args.tells, "asks": args.asks, "arrays": args.arrays, "array_bytes": ARRAY_FLOATS * 4},
     }
+
+
+def _record(results: dict[str, list[float]], side: str, tells: tuple[float, ...], asks: tuple[float, ...], array: float) -> None:
+    for key, value in zip(("tell", "tell_cpu", "p50", "p99", "ask_cpu", "array"), (*tells, *asks, array)):
+        results[key + side].append(value)
 
 
 def _pair(ours: float, bare: float, higher_is_better: bool) -> dict[str, float]:
@@ -154,24 +157,30 @@ def _pair(ours: float, bare: float, higher_is_better: bool) -> dict[str, float]:
     return {"five_actors": round(ours, 1), "bare": round(bare, 1), "ratio": round(ratio, 3)}
 
 
-async def _ours_tells(sink: Any, n: int) -> float:
-    before = await sink.ask(BenchFlush())
-    start = time.perf_counter()
+async def _ours_tells(sink: Any, n: int) -> tuple[float, float]:
+    """(tells/s, CPU us per tell of both processes)."""
+    before, server_cpu = await sink.ask(BenchFlush())
+    start, cpu = time.perf_counter(), time.process_time()
     for i in range(n):
         await sink.tell(BenchTell(i))
-    count = await sink.ask(BenchFlush(), timeout=120)
-    elapsed = time.perf_counter() - start
+    count, server_cpu_after = await sink.ask(BenchFlush(), timeout=120)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     assert count - before == n, f"sink saw {count - before} of {n} tells"
-    return n / elapsed
+    return n / elapsed, (cpu + server_cpu_after - server_cpu) / n * 1e6
 
 
-async def _ours_asks(sink: Any, n: int) -> tuple[float, float]:
+async def _ours_asks(sink: Any, n: int) -> tuple[float, float, float]:
+    """(p50 us, p99 us, CPU us per round trip of both processes)."""
+    _, server_cpu = await sink.ask(BenchFlush())
+    cpu = time.process_time()
     times = []
     for i in range(n):
         start = time.perf_counter()
         await sink.ask(BenchEcho(i))
         times.append(time.perf_counter() - start)
-    return _percentiles(times)
+    cpu = time.process_time() - cpu
+    _, server_cpu_after = await sink.ask(BenchFlush())
+    return (*_percentiles(times), (cpu + server_cpu_after - server_cpu) / n * 1e6)
 
 
 async def _ours_arrays(sink: Any, array: np.ndarray, n: int) -> float:
@@ -188,24 +197,28 @@ async def _bare_call(ws: aiohttp.ClientWebSocketResponse, request: list[Any]) ->
     return msgpack.unpackb((await ws.receive()).data)
 
 
-async def _bare_tells(ws: aiohttp.ClientWebSocketResponse, n: int) -> float:
-    before = await _bare_call(ws, ["flush"])
-    start = time.perf_counter()
+async def _bare_tells(ws: aiohttp.ClientWebSocketResponse, n: int) -> tuple[float, float]:
+    before, server_cpu = await _bare_call(ws, ["flush"])
+    start, cpu = time.perf_counter(), time.process_time()
     for i in range(n):
         await ws.send_bytes(msgpack.packb(["tell", i]))
-    count = await _bare_call(ws, ["flush"])
-    elapsed = time.perf_counter() - start
+    count, server_cpu_after = await _bare_call(ws, ["flush"])
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     assert count - before == n
-    return n / elapsed
+    return n / elapsed, (cpu + server_cpu_after - server_cpu) / n * 1e6
 
 
-async def _bare_asks(ws: aiohttp.ClientWebSocketResponse, n: int) -> tuple[float, float]:
+async def _bare_asks(ws: aiohttp.ClientWebSocketResponse, n: int) -> tuple[float, float, float]:
+    _, server_cpu = await _bare_call(ws, ["flush"])
+    cpu = time.process_time()
     times = []
     for i in range(n):
         start = time.perf_counter()
         await _bare_call(ws, ["echo", i])
         times.append(time.perf_counter() - start)
-    return _percentiles(times)
+    cpu = time.process_time() - cpu
+    _, server_cpu_after = await _bare_call(ws, ["flush"])
+    return (*_percentiles(times), (cpu + server_cpu_after - server_cpu) / n * 1e6)
 
 
 async def _bare_arrays(ws: aiohttp.ClientWebSocketResponse, array: np.ndarray, n: int) -> float:
@@ -237,7 +250,7 @@ async def _bare_endpoint(request: web.Request) -> web.WebSocketResponse:
         elif kind == "echo":
             await ws.send_bytes(msgpack.packb(rest[0]))
         elif kind == "flush":
-            await ws.send_bytes(msgpack.packb(count))
+            await ws.send_bytes(msgpack.packb([count, time.process_time()]))
     return ws
 
 

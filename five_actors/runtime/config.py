@@ -24,8 +24,9 @@ class NodeConfig:
     max_nesting_depth: int = 32
     """Deepest nesting of lists and maps a frame may carry."""
 
-    heartbeat_s: float = 5.0
-    """Seconds between websocket pings; a peer that misses a pong for half of this is dropped."""
+    heartbeat_s: float = 10.0
+    """Seconds between websocket pings; a peer that sends no pong within half of this is dropped
+    (so a process must not block its event loop that long, e.g. in a synchronous training step)."""
 
     connect_timeout_s: float = 5.0
     """Seconds one attempt to open a link may take (TCP connect, token check and hello)."""

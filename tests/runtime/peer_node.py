@@ -108,7 +108,7 @@ class Relay(Actor):
 
 
 async def main(node_id: str, port: int, token: str, connect: str | None) -> None:
-    node = Node(node_id, token, NodeConfig(port=port, heartbeat_s=2.0, reconnect_min_s=0.05, reconnect_max_s=0.5))
+    node = Node(node_id, token, NodeConfig(port=port, reconnect_min_s=0.05, reconnect_max_s=0.5))
     await node.start()
     node.system.spawn(Echo(), "/echo")
     node.system.spawn(Counter(), "/counter")

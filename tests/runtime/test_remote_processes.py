@@ -110,7 +110,7 @@ async def test_two_child_processes_talk_directly(make_node: NodeFactory, peer_pr
 
 
 async def test_a_frozen_peer_is_dropped_by_the_heartbeat(make_node: NodeFactory, peer_process: PeerFactory) -> None:
-    node = await make_node("test", heartbeat_s=0.4)
+    node = await make_node("test", heartbeat_s=1.0)
     peer = await peer_process("peer")
     await node.connect(peer.url)
     watcher = Watcher()

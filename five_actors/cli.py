@@ -115,17 +115,14 @@ def cmd_match(args: argparse.Namespace) -> int:
     """Play one lane-game match between two bots, print its result as JSON, and record it."""
     import dataclasses
 
-    from five_actors.config import Config, apply_override, from_mapping, load_config
+    from five_actors.config import config_from_tree, load_config
     from five_actors.game.bots import RandomBot, ScriptedBot
     from five_actors.game.match import play_match
 
     if args.config:
         config = load_config(args.config, args.set or ())
     else:
-        tree: dict[str, object] = {}
-        for assignment in args.set or ():
-            apply_override(tree, assignment)
-        config = from_mapping(Config, tree)
+        config = config_from_tree({}, args.set or (), "--set")
     game = dataclasses.replace(config.game, seed=args.seed)
     bots = {"scripted": lambda: ScriptedBot(game), "random": lambda: RandomBot(seed=args.seed)}
     result = play_match(game, bots[args.team0](), bots[args.team1](), seed=args.seed, record=args.record)
@@ -167,18 +164,13 @@ def resume_config(run_dir: Path, overrides: Sequence[str]) -> Config:
 
     The learners' rendezvous port is picked afresh (the old one may be taken), unless set.
     """
-    from five_actors.config import RUN_CONFIG, Config, apply_override, config_to_dict, from_mapping, read_run_config
+    from five_actors.config import RUN_CONFIG, config_from_tree, config_to_dict, read_run_config
 
     if not (run_dir / RUN_CONFIG).is_file():
         raise FiveActorsError(f"--resume {run_dir}: no {RUN_CONFIG} there; is it the run directory `up` printed?")
     tree = config_to_dict(read_run_config(run_dir))
     tree["training"]["rendezvous_port"] = 0
-    for assignment in overrides:
-        apply_override(tree, assignment)
-    try:
-        return from_mapping(Config, tree)
-    except FiveActorsError as exc:
-        raise FiveActorsError(f"--resume {run_dir}: {exc}") from None
+    return config_from_tree(tree, overrides, f"--resume {run_dir}")
 
 
 def cmd_health(args: argparse.Namespace) -> int:

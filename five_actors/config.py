@@ -183,12 +183,17 @@ def load_config(name: str | Path, overrides: typing.Sequence[str] = ()) -> Confi
     path = resolve_config_path(name)
     tree = read_toml(path)
     tree.setdefault("name", path.name.removesuffix(".toml"))
+    return config_from_tree(tree, overrides, str(path))
+
+
+def config_from_tree(tree: dict[str, Any], overrides: typing.Sequence[str], where: str) -> Config:
+    """Apply `--set` overrides to a config's raw tree and validate it; errors start with `where`."""
     for assignment in overrides:
         apply_override(tree, assignment)
     try:
         return from_mapping(Config, tree)
     except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 RUN_CONFIG = "config.json"

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 
 import pytest
+
+from five_actors.runtime.actor import ActorSystem
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -28,3 +31,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     elapsed = time.monotonic() - started
     if elapsed > 5:
         print(f"\ncompiled the lane game's kernels in {elapsed:.0f}s (numba caches them for later runs)")
+
+
+@pytest.fixture
+async def system() -> AsyncIterator[ActorSystem]:
+    """An actor system for in-process actor tests; every actor still running is stopped after."""
+    system = ActorSystem("test")
+    yield system
+    for cell in system.cells():
+        await system.stop(cell.path)

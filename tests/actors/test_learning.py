@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +43,6 @@ class Subscriber(Actor):
 
     async def on_params_available(self, msg: ParamsAvailable) -> None:
         self.seen.append(msg.version)
-
-
-@pytest.fixture
-async def system() -> AsyncIterator[ActorSystem]:
-    system = ActorSystem("test")
-    yield system
-    for cell in system.cells():
-        await system.stop(cell.path)
 
 
 def shifted(state: dict[str, np.ndarray], by: float) -> dict[str, np.ndarray]:

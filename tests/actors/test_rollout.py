@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -58,14 +58,6 @@ async def until(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached in time"
         await asyncio.sleep(0.02)
-
-
-@pytest.fixture
-async def system() -> AsyncIterator[ActorSystem]:
-    system = ActorSystem("test")
-    yield system
-    for cell in system.cells():
-        await system.stop(cell.path)
 
 
 def start(system: ActorSystem, config: Config, games: int = 1, learners: int = 1,

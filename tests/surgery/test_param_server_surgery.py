@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncio
@@ -25,14 +24,6 @@ class Listener(Actor):
 
     async def on_params_available(self, msg: ParamsAvailable) -> None:
         self.seen.append((msg.version, msg.arch))
-
-
-@pytest.fixture
-async def system() -> AsyncIterator[ActorSystem]:
-    system = ActorSystem("test")
-    yield system
-    for cell in system.cells():
-        await system.stop(cell.path)
 
 
 async def test_a_live_widen_lstm_operates_latest_and_pool_and_announces_the_new_arch(system: ActorSystem, tmp_path: Path) -> None:

@@ -1,205 +1,330 @@
-"""Surgery against training from scratch, on the synchronous baseline (no actors, no live swap).
+"""`five-actors bench surgery`: a live surgery on the real actor system against training from scratch.
 
-`five-actors bench surgery --steps 200000 --switch 0.5` runs two arms, each playing team 0 of
-the lane game against the scripted bot with the one-process PPO baseline:
+Two arms, one after the other, each a real `five-actors up` subprocess (the whole tree:
+ParamServer, learner, inference, game actors, EvalActor) on the same config:
 
-1. surgery: train on game v1 with an LSTM of `--lstm-from` for `--switch` of the steps; then
-   surgery `game-version 2 + widen-lstm --lstm-to` (verified on recorded v2 games), and
-   continue on game v2, the new `recall` action annealed in over `--anneal` of the steps as a
-   share of games (masked in the others);
-2. scratch: train on game v2 with an LSTM of `--lstm-to` from the start for the same steps.
+1. surgery: game v1 with an LSTM of `--lstm-from` units for the first half of the budget; then
+   `POST /surgery` `game-version 2 + widen-lstm --lstm-to` (add-observation and add-action of
+   v2's features and `recall` are part of `game-version 2`); training goes on to the budget;
+2. scratch: game v2 with an LSTM of `--lstm-to` units from the start, for the same budget.
 
-It prints both arms' win rate and mean return over the last 20 games against steps, the win rate just before
-and just after the swap, and the pause the swap caused (probe recording, surgery, check,
-rebuild; in this synchronous variant no steps are lost, the games in progress restart).
+The budget is environment steps (game steps x games, summed over the GameActors in /actors):
+with `--env-steps N` each arm trains N and arm 1 operates at N/2; otherwise arm 1 trains
+`--minutes`/2 on v1, its env steps at that moment are half the budget, and both arms stop at
+twice that. An arm that has not reached its budget after twice `--minutes` stops there
+(`stopped_on: "time"`). Minutes count from the moment training flows (a game actor has
+shipped chunks and a version was published), so process start-up is not part of the budget.
+
+It prints one JSON object: per arm a table of the EvalActor's rounds (minutes, env steps,
+version, win rate vs the scripted bot with its 95% interval, vs the random bot, TrueSkill
+mu relative to the random bot's), read from the run's `eval_result` events; for arm 1 the
+pause the swap caused (seconds from the request until the ParamServer's version passes the
+surgery's, env steps made meanwhile against the rate before) and the counters the swap moves
+(game actors' steps dropped and chunks lost, learners' chunks dropped or refused for their
+arch), before the request and at the arm's end.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
+import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
+from five_actors.bench.running import UpProcess, running_metrics
+from five_actors.errors import FiveActorsError
+from five_actors.logreplay import LogFilter, find_log_dir, read_merged
+from five_actors.supervisor.health import problems
 
-from five_actors.config import Config, apply_override, from_mapping
-from five_actors.game.layout import ActionSpec, ObsSpec, Step
-from five_actors.model.baseline import Opponent, Progress, SyncTrainer
-from five_actors.model.policy import Policy
-from five_actors.model.spec import ModelSpec
-from five_actors.surgery.anneal import apply_anneal
-from five_actors.surgery.state import ModelState
+LEARNING_SET: tuple[str, ...] = (
+    "game.lanes=1",
+    "game.heroes_per_side=2",
+    "game.time_limit_steps=600",
+    "ppo.learning_rate=5e-4",
+    "training.eval_every_s=60",
+    "training.eval_games=16",
+)
+"""The bench's settings on top of the config (before `--set`): a 2v2 one-lane game of 80 game
+seconds, so results arrive every few seconds of wall time and a small policy can move its win
+rate within minutes; an eval round of 16 games a minute for the table."""
+
+SMOKE_SET: tuple[str, ...] = ("training.pool_max_versions=1",)
+"""`--smoke` on conf/smoke.toml: a small opponent pool, as a surgery operates (and verifies) every pool version."""
+
+SWAP_COUNTERS: tuple[tuple[str, str, str], ...] = (
+    ("GameActor", "game_steps_dropped_arch", "game_steps_dropped_arch"),
+    ("GameActor", "game_lost_steps", "game_lost_steps"),
+    ("GameActor", "game_chunks_lost", "game_chunks_lost"),
+    ("GameActor", "game_arch_switches", "game_arch_switches"),
+    ("LearnerActor", "steps", "learner_steps"),
+    ("LearnerActor", "chunks_dropped_arch", "learner_chunks_dropped_arch"),
+    ("LearnerActor", "chunks_refused", "learner_chunks_refused"),
+    ("ParamServerActor", "refused", "publishes_refused"),
+)
+"""The counters a swap moves: (actor class, metric in /actors, name in the report)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options."""
-    parser.add_argument("--steps", type=int, default=200_000, help="environment steps per arm (policy rows x steps)")
-    parser.add_argument("--switch", type=float, default=0.5, help="share of the steps trained on v1 before the surgery")
-    parser.add_argument("--anneal", type=float, default=0.1, help="share of the steps over which recall is annealed in after the surgery")
-    parser.add_argument("--lstm-from", type=int, default=64, help="LSTM units before the surgery")
-    parser.add_argument("--lstm-to", type=int, default=128, help="LSTM units after the surgery (and of the scratch arm)")
-    parser.add_argument("--games", type=int, default=8, help="lane games per batch")
-    parser.add_argument("--seed", type=int, default=0, help="seed of both arms")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override, repeatable")
+    parser.add_argument("--config", default="default", help="config file or bundled name (default: default)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override after the bench's own settings (repeatable)")  # fmt: skip
+    parser.add_argument("--minutes", type=float, default=20.0, help="training minutes of each arm (default 20); sets the env-step budget")
+    parser.add_argument("--env-steps", type=int, help="env steps of each arm instead (arm 1 operates at half)")
+    parser.add_argument("--game-version", type=int, choices=(1, 2), default=2,
+                        help="game version after the surgery and of the scratch arm (default 2; 1: the surgery is widen-lstm alone)")  # fmt: skip
+    parser.add_argument("--lstm-from", type=int, default=64, help="LSTM units before the surgery (default 64)")
+    parser.add_argument("--lstm-to", type=int, default=128, help="LSTM units after it, and of the scratch arm (default 128)")
+    parser.add_argument("--probe-steps", type=int, default=128, help="recorded game steps the surgery is verified on (default 128)")
+    parser.add_argument("--start-timeout", type=float, default=300.0, help="seconds an arm's tree may take to start training (default 300)")
+    parser.add_argument("--run-dir", type=Path, help="keep both runs here (RUN_DIR/surgery, RUN_DIR/scratch); default: a temporary directory")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a tiny run for tests: conf/smoke.toml, 0.2 minutes per arm, LSTM 32 -> 48, 32 probe steps, both arms at once")  # fmt: skip
 
 
-class AnnealedEnv:
-    """A lane game whose policy rows may choose action type `name` only in a `share` of games (the rest mask it)."""
+@dataclasses.dataclass
+class Budget:
+    """When an arm stops: env steps (None until arm 1's first half sets it) and a wall-time cap."""
 
-    def __init__(self, env: Any, name: str, policy_rows: np.ndarray) -> None:
-        self.env = env
-        self.obs_spec: ObsSpec = env.obs_spec
-        self.action_spec: ActionSpec = env.action_spec
-        self.teams, self.agents_per_team, self.num_games = env.teams, env.agents_per_team, env.num_games
-        self.share = 0.0
-        self._name = name
-        self._rows = policy_rows
-        self._game = np.arange(env.num_rows) // (env.teams * env.agents_per_team)
+    minutes: float
+    env_steps: int | None
+
+    def reached(self, reading: Reading) -> bool:
+        """Whether `reading` is at the budget (never while the budget is still unknown)."""
+        return self.env_steps is not None and reading.env_steps >= self.env_steps
 
     @property
-    def num_rows(self) -> int:
-        return int(self.env.num_rows)
+    def cap_s(self) -> float:
+        """Seconds after which an arm stops whatever its env steps."""
+        return 2.0 * 60.0 * self.minutes
 
-    def _mask(self, masks: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        rows = self._rows
-        masks["type"][rows] = apply_anneal(masks["type"][rows], self.action_spec.types, {self._name: self.share}, self._game[rows], self.num_games)
-        return masks
 
-    def reset(self, seed: int | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        obs, masks = self.env.reset(seed)
-        return obs, self._mask(masks)
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """One read of the tree: UNIX time, env steps so far, the ParamServer's version, summed swap counters."""
 
-    def step(self, actions: np.ndarray) -> Step:
-        step = self.env.step(actions)
-        step.masks = self._mask(step.masks)
-        return step
+    t: float
+    env_steps: int
+    version: int
+    counters: dict[str, float]
+    healthy: bool
+    """Whether every permanent actor of the tree (the EvalActor too) runs, as /health judges it."""
+
+
+class Watch:
+    """Reads an `up` run's counters from /actors; a counter of an actor that restarted keeps its earlier total."""
+
+    def __init__(self, up: UpProcess, poll_s: float) -> None:
+        self.up = up
+        self.poll_s = poll_s
+        self.readings: list[Reading] = []
+        self._last: dict[tuple[str, str], float] = {}
+        self._base: dict[tuple[str, str], float] = {}
+
+    def _total(self, metrics: dict[str, dict[str, Any]], key: str) -> float:
+        for path, values in metrics.items():
+            value = float(values.get(key, 0.0))
+            if value < self._last.get((path, key), 0.0):
+                self._base[(path, key)] = self._base.get((path, key), 0.0) + self._last[(path, key)]
+            self._last[(path, key)] = value
+        return sum(v + self._base.get(k, 0.0) for k, v in self._last.items() if k[1] == key)
+
+    def read(self) -> Reading:
+        """Read /actors once (the reading is kept for the env-steps-over-time lookup)."""
+        if not self.up.running:
+            raise FiveActorsError(f"`up` stopped during the benchmark:\n{self.up.output_tail()}")
+        view = self.up.view()
+        by_class = {cls: running_metrics(view, cls) for cls in ("GameActor", "LearnerActor", "ParamServerActor")}
+        env_steps = self._total(by_class["GameActor"], "game_env_steps")
+        counters = {name: self._total(by_class[cls], key) for cls, key, name in SWAP_COUNTERS}
+        version = max((int(m.get("version", 0)) for m in by_class["ParamServerActor"].values()), default=0)
+        reading = Reading(time.time(), int(env_steps), version, counters, not problems(view))
+        self.readings.append(reading)
+        return reading
+
+    def until(self, done: Callable[[Reading], bool], timeout: float, poll_s: float | None = None) -> tuple[Reading, bool]:
+        """Read every `poll_s` until `done(reading)` or `timeout` seconds: (the last reading, whether done)."""
+        deadline = time.monotonic() + timeout
+        reading = self.readings[-1] if self.readings else None
+        while True:
+            try:
+                reading = self.read()
+            except OSError:
+                pass  # /actors did not answer in time (a busy machine): the next poll tries again
+            else:
+                if done(reading):
+                    return reading, True
+            if time.monotonic() >= deadline:
+                if reading is None:
+                    raise FiveActorsError(f"{self.up.url}/actors did not answer within {timeout:g}s")
+                return reading, False
+            time.sleep(self.poll_s if poll_s is None else poll_s)
+
+    def env_steps_at(self, t: float) -> int:
+        """Env steps at UNIX time `t`: the last reading at or before it."""
+        return next((r.env_steps for r in reversed(self.readings) if r.t <= t), 0)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Run both arms and report their curves and the swap."""
-    from five_actors.surgery.ops import SurgeryOp
-    from five_actors.surgery.verify import operate, record_probes
-
-    from five_actors.logs import configure_logging
-
-    configure_logging("bench", None, level="warning")  # stdout carries the JSON result only
-    torch.set_num_threads(args.threads)
-    config = _config(args.overrides)
-    switch = int(args.steps * args.switch)
-
-    torch.manual_seed(args.seed)
-    trainer, _ = _trainer(config, 1, args.lstm_from, args, None)
-    surgery_curve: list[dict[str, Any]] = []
-    started = time.perf_counter()
-    trainer.train(switch, _reporter("surgery v1", surgery_curve, 0, args.steps, started))
-    before = surgery_curve[-1]["win_rate"] if surgery_curve else None
-
-    paused = time.perf_counter()
-    probes = record_probes(dataclasses.replace(config.game, version=2), steps=128, games=2, seed=args.seed)
-    probed = time.perf_counter()
-    ops = [SurgeryOp("game-version", ("2",)), SurgeryOp("widen-lstm", (str(args.lstm_to),))]
-    new, verification = operate(ops, ModelState.of(trainer.policy, trainer.ppo.optimizer), probes, args.seed)
-    operated = time.perf_counter()
-    trainer2, annealed = _trainer(config, 2, args.lstm_to, args, new)
-    pause = {
-        "pause_s": round(time.perf_counter() - paused, 3),
-        "probe_recording_s": round(probed - paused, 3),
-        "surgery_and_check_s": round(operated - probed, 3),
-        "steps_lost": 0,
-        "games_restarted": args.games,
-        "verification": verification.to_dict(),
-        "architecture": {"from": trainer.policy.spec.hash, "to": new.spec.hash},
-    }
-    anneal_steps = max(1, int(args.steps * args.anneal))
-    offset = trainer.steps
-
-    def report_v2(p: Progress) -> None:
-        if annealed is not None:
-            annealed.share = min(1.0, p.steps / anneal_steps)
-        reporter(p)
-
-    reporter = _reporter("surgery v2", surgery_curve, offset, args.steps, started)
-    trainer2.train(args.steps - offset, report_v2)
-    after = next((c["win_rate"] for c in surgery_curve if c["steps"] > offset and c["win_rate"] is not None), None)
-
-    torch.manual_seed(args.seed)
-    scratch, _ = _trainer(config, 2, args.lstm_to, args, None)
-    scratch_curve: list[dict[str, Any]] = []
-    scratch.train(args.steps, _reporter("scratch v2", scratch_curve, 0, args.steps, time.perf_counter()))
-    sys.stderr.write("\n")
+    """Run both arms and report their tables and the swap."""
+    if args.smoke:
+        args.config, args.minutes, args.lstm_from, args.lstm_to, args.probe_steps = "smoke", 0.2, 32, 48, 32
+    if args.lstm_to <= args.lstm_from:
+        raise FiveActorsError(f"--lstm-to {args.lstm_to} must be larger than --lstm-from {args.lstm_from}: surgery only widens")
+    if args.minutes <= 0 or (args.env_steps is not None and args.env_steps < 2):
+        raise FiveActorsError("--minutes must be positive and --env-steps at least 2")
+    overrides = [*(SMOKE_SET if args.smoke else LEARNING_SET), *args.overrides]
+    budget = Budget(args.minutes, args.env_steps)
+    ops = ["widen-lstm", str(args.lstm_to)]
+    if args.game_version == 2:
+        ops = ["game-version", "2", "+", *ops]
+    with tempfile.TemporaryDirectory(prefix="bench-surgery-") as tmp:
+        root = args.run_dir or Path(tmp)
+        arms: dict[str, Callable[[], dict[str, Any]]] = {
+            "surgery": lambda: _surgery_arm(args, [*overrides, "game.version=1", f"model.lstm_size={args.lstm_from}"], root / "surgery", budget, ops),
+            "scratch": lambda: _scratch_arm(args, [*overrides, f"game.version={args.game_version}", f"model.lstm_size={args.lstm_to}"], root / "scratch", budget),
+        }
+        if args.smoke:
+            # Both trees at once: start-up is most of a smoke run; the arms share the CPUs, which a real run must not.
+            with ThreadPoolExecutor(len(arms)) as pool:
+                futures = {name: pool.submit(arm) for name, arm in arms.items()}
+                results = {name: future.result() for name, future in futures.items()}
+        else:
+            results = {name: arm() for name, arm in arms.items()}
     return {
         "benchmark": "surgery",
-        "variant": "synchronous baseline (one process; not the live swap through the actors)",
-        "steps": args.steps,
-        "switch_at_steps": offset,
-        "lstm": [args.lstm_from, args.lstm_to],
-        "games": args.games,
-        "seed": args.seed,
-        "swap": pause,
-        "win_rate_before_swap": before,
-        "first_win_rate_after_swap": after,
-        "final_win_rate": {"surgery": _last(surgery_curve), "scratch": _last(scratch_curve)},
-        "curves": {"surgery": surgery_curve, "scratch": scratch_curve},
+        "variant": "live surgery through the actor system (POST /surgery on `five-actors up`)",
+        "config": args.config,
+        "overrides": overrides,
+        "budget": {"env_steps_per_arm": budget.env_steps, "operated_at_env_steps": results["surgery"].pop("operated_at_env_steps"),
+                   "minutes_per_arm": args.minutes, "same": "env steps (game steps x games, all GameActors)",
+                   "arms_at_once": args.smoke},  # fmt: skip
+        "operations": " ".join(ops),
+        "arms": results,
     }
 
 
-def _config(overrides: list[str]) -> Config:
-    tree: dict[str, Any] = {"ppo": {"anneal_learning_rate": False}}
-    for assignment in overrides:
-        apply_override(tree, assignment)
-    return from_mapping(Config, tree)
+def _poll_s(args: argparse.Namespace) -> float:
+    return 0.5 if args.smoke else 2.0
 
 
-def _trainer(config: Config, version: int, lstm: int, args: argparse.Namespace, state: ModelState | None) -> tuple[SyncTrainer, AnnealedEnv | None]:
-    """A baseline trainer on game `version` vs the scripted bot; from `state` (a ModelState) when given."""
-    from five_actors.game.bots import ScriptedBot
-    from five_actors.game.env import LaneGame
-    from five_actors.game.match import team_rows
-
-    game = LaneGame(dataclasses.replace(config.game, version=version, games_per_batch=args.games, seed=args.seed))
-    policy_rows = np.zeros(game.num_rows, bool)
-    policy_rows[team_rows(game, 0)] = True
-    env: Any = game
-    annealed = None
-    if state is not None and "recall" in state.anneal:
-        env = annealed = AnnealedEnv(game, "recall", policy_rows)
-    if state is None:
-        spec = ModelSpec.build(game.obs_spec, game.action_spec, dataclasses.replace(config.model, lstm_size=lstm))
-        policy = Policy(spec).to(config.model.device)
-    else:
-        policy = state.build_policy(config.model.device)
-    trainer = SyncTrainer(env, policy, config.ppo, config.ppo.gamma(1.0 / config.game.steps_per_second), policy_rows, _opponent(game, ScriptedBot(game.config), team_rows(game, 1)), seed=args.seed)
-    if state is not None and state.optimizer is not None:
-        trainer.ppo.optimizer.load_state_dict(dict(state.optimizer))
-    return trainer, annealed
+def _start(watch: Watch, args: argparse.Namespace) -> Reading:
+    """Wait until training flows (env steps made, a version published) and every actor, the EvalActor too, runs."""
+    reading, ok = watch.until(lambda r: r.env_steps > 0 and r.version >= 1 and r.healthy, args.start_timeout, poll_s=1.0)
+    if not ok:
+        raise FiveActorsError(f"the actor system did not start training within {args.start_timeout:g}s:\n{watch.up.output_tail()}")
+    return reading
 
 
-def _opponent(game: Any, bot: Any, rows: np.ndarray) -> Opponent:
-    def act(obs: np.ndarray, masks: dict[str, np.ndarray]) -> np.ndarray:
-        actions = np.zeros((game.num_rows, game.action_spec.columns), np.int64)
-        actions[rows] = bot.act(obs[rows], {k: v[rows] for k, v in masks.items()})
-        return actions
+def _surgery_arm(args: argparse.Namespace, overrides: list[str], run_dir: Path, budget: Budget, ops: list[str]) -> dict[str, Any]:
+    with UpProcess(args.config, overrides, run_dir, args.start_timeout) as up:
+        watch = Watch(up, _poll_s(args))
+        start = _start(watch, args)
+        if budget.env_steps is not None:
+            half = budget.env_steps // 2
+            watch.until(lambda r: r.env_steps >= half, budget.cap_s / 2)
+        else:
+            watch.until(lambda r: r.t - start.t >= 30.0 * args.minutes, 30.0 * args.minutes)
+        pause = _swap(watch, ops, args.probe_steps)
+        if budget.env_steps is None:
+            budget.env_steps = 2 * pause["env_steps_at_request"]
+        end, reached = watch.until(budget.reached, max(0.0, budget.cap_s - (time.time() - start.t)))
+        pause["counters"] = {key: {"before": int(pause["counters"][key]), "at_end": int(end.counters[key]),
+                                   "since_request": int(end.counters[key] - pause["counters"][key])} for key in end.counters}  # fmt: skip
+    return {
+        "game": "v1" if args.game_version == 1 else "v1, then v2 from the surgery",
+        "lstm": [args.lstm_from, args.lstm_to],
+        "operated_at_env_steps": pause["env_steps_at_request"],
+        **_summary(start, end, reached),
+        "swap": pause,
+        "table": _table(run_dir, watch, start.t),
+    }
 
-    return act
+
+def _scratch_arm(args: argparse.Namespace, overrides: list[str], run_dir: Path, budget: Budget) -> dict[str, Any]:
+    with UpProcess(args.config, overrides, run_dir, args.start_timeout) as up:
+        watch = Watch(up, _poll_s(args))
+        start = _start(watch, args)
+        end, reached = watch.until(budget.reached, budget.cap_s)
+    return {"game": f"v{args.game_version}", "lstm": [args.lstm_to], **_summary(start, end, reached), "table": _table(run_dir, watch, start.t)}
 
 
-def _reporter(label: str, curve: list[dict[str, Any]], offset: int, total: int, started: float) -> Callable[[Progress], None]:
-    """A progress callback appending (steps, wall seconds since `started`, win rate) to `curve`."""
-
-    def report(p: Progress) -> None:
-        curve.append({"steps": offset + p.steps, "wall_s": round(time.perf_counter() - started, 2), "win_rate": p.win_rate, "mean_return": p.mean_return})
-        win = "-" if p.win_rate is None else f"{p.win_rate:.2f}"
-        sys.stderr.write(f"\rsurgery bench {label}: {offset + p.steps:,}/{total:,} steps, win rate {win}   ")
-        sys.stderr.flush()
-
-    return report
+def _summary(start: Reading, end: Reading, reached: bool) -> dict[str, Any]:
+    return {"minutes": round((end.t - start.t) / 60.0, 2), "env_steps": end.env_steps, "final_version": end.version,
+            "stopped_on": "env steps" if reached else "time"}  # fmt: skip
 
 
-def _last(curve: list[dict[str, Any]]) -> float | None:
-    return next((c["win_rate"] for c in reversed(curve) if c["win_rate"] is not None), None)
+def _swap(watch: Watch, ops: list[str], probe_steps: int) -> dict[str, Any]:
+    """POST the surgery and time it: until the answer, and until the ParamServer's version passes the surgery's.
 
+    The tree is read all along (the request waits on a thread), so the table's env steps and
+    the counters cover the surgery itself.
+    """
+    before = watch.read()
+    rate = _rate(watch.readings, before.t - 30.0)
+    with ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(watch.up.post, "/surgery", {"ops": ops, "dry_run": False, "probe_steps": probe_steps})
+        answered, _ = watch.until(lambda r: answer.done(), 700.0, poll_s=0.5)
+        status, report = answer.result()
+    if status != 200:
+        raise FiveActorsError(f"the surgery was refused ({status}): {report.get('message', report)}")
+    version_to = int(report["version_to"])
+    resumed, ok = watch.until(lambda r: r.version > version_to, 600.0, poll_s=0.2)
+    if not ok:
+        raise FiveActorsError(f"versions did not advance past {version_to} within 600 s of the surgery:\n{watch.up.output_tail()}")
+    pause_s = resumed.t - before.t
+    verification = report["verification"][str(report["version_from"])]
+    return {
+        "pause_s": round(pause_s, 3),
+        "request_to_answer_s": round(answered.t - before.t, 3),
+        "param_server_surgery_s": report["seconds"],
+        "version_from": report["version_from"],
+        "version_to": version_to,
+        "versions_operated": len(report["versions_operated"]),
+        "architecture": report["changes"]["architecture"],
+        "max_prob_diff": verification["max_prob_diff"],
+        "max_value_diff": verification["max_value_diff"],
+        "env_steps_at_request": before.env_steps,
+        "env_steps_during_pause": resumed.env_steps - before.env_steps,
+        "env_steps_at_prior_rate": None if rate is None else round(rate * pause_s),
+        # The new model is the operated version_from: learner steps taken while it was operated are not kept.
+        "learner_steps_discarded": int(answered.counters["learner_steps"] - before.counters["learner_steps"]),
+        "counters": before.counters,
+    }
+
+
+def _rate(readings: list[Reading], since: float) -> float | None:
+    """Env steps per second over the readings after UNIX time `since`, None with fewer than two."""
+    window = [r for r in readings if r.t >= since]
+    if len(window) < 2 or window[-1].t <= window[0].t:
+        return None
+    return (window[-1].env_steps - window[0].env_steps) / (window[-1].t - window[0].t)
+
+
+def _table(run_dir: Path, watch: Watch, started: float) -> list[dict[str, Any]]:
+    """One row per eval round, from the run's `eval_result` events (read once `up` has stopped and flushed them)."""
+    rounds: dict[int, dict[str, Any]] = {}
+    for record, _raw in read_merged(find_log_dir(run_dir), LogFilter(events=("eval_result",))):
+        row = rounds.setdefault(int(record["round"]), {"ts": float(record["ts"]), "version": int(record["version"])})
+        row["ts"] = max(row["ts"], float(record["ts"]))
+        row["trueskill"] = record["trueskill"]
+        if record["opponent"] in ("scripted", "random"):
+            row[record["opponent"]] = record
+    table = []
+    for number in sorted(rounds):
+        row = rounds[number]
+        scripted, random = row.get("scripted"), row.get("random")
+        table.append({
+            "minutes": round((row["ts"] - started) / 60.0, 2),
+            "env_steps": watch.env_steps_at(row["ts"]),
+            "version": row["version"],
+            "win_rate_scripted": None if scripted is None else scripted["win_rate"],
+            "ci_scripted": None if scripted is None else [scripted["ci_low"], scripted["ci_high"]],
+            "win_rate_random": None if random is None else random["win_rate"],
+            "trueskill": row["trueskill"],
+        })  # fmt: skip
+    return table

@@ -16,19 +16,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import signal
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 import torch
 
+from five_actors.bench.running import UpProcess, running_metrics
 from five_actors.config import Config, load_config
 from five_actors.errors import FiveActorsError
 from five_actors.game.env import LaneGame
@@ -61,13 +57,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _view(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{url}/actors", timeout=10) as response:
-        return dict(orjson.loads(response.read()))
-
-
 def _metrics(view: dict[str, Any], cls: str) -> list[dict[str, Any]]:
-    return [dict((a.get("status") or {}).get("metrics") or {}) for a in view["actors"] if a.get("class") == cls and a.get("state") == "running"]
+    return list(running_metrics(view, cls).values())
 
 
 def _totals(view: dict[str, Any], config: Config) -> tuple[float, float, float]:
@@ -81,40 +72,26 @@ def _totals(view: dict[str, Any], config: Config) -> tuple[float, float, float]:
 
 def measure_system(args: argparse.Namespace, config: Config) -> dict[str, Any]:
     """Run `up` in a subprocess and measure it over `args.seconds` once training flows."""
-    with tempfile.TemporaryDirectory(prefix="bench-system-") as tmp:
-        command = [sys.executable, "-m", "five_actors", "up", "--config", args.config, "--port", "0", "--run-dir", f"{tmp}/run"]
-        command += [f"--set={s}" for s in args.set or ()]
-        out_path = Path(tmp) / "up.out"
-        with open(out_path, "wb") as out:
-            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            url = _wait_for_url(proc, out_path, 60.0)
-            deadline = time.monotonic() + args.start_timeout
-            while True:
-                view = _view(url)
-                env_steps, _, version = _totals(view, config)
-                if env_steps > 0 and version >= 1:
-                    break
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise FiveActorsError(f"the actor system did not start training within {args.start_timeout:g}s:\n{out_path.read_text()[-2000:]}")
-                time.sleep(1.0)
-            started, first = time.monotonic(), _totals(view, config)
-            staleness: list[float] = []
-            while time.monotonic() - started < args.seconds:
-                time.sleep(min(2.0, max(0.0, args.seconds - (time.monotonic() - started))))
-                view = _view(url)
-                staleness += [float(m["staleness_mean"]) for m in _metrics(view, "LearnerActor") if "staleness_mean" in m]
-            elapsed = time.monotonic() - started
-            last = _totals(view, config)
-            inference = _metrics(view, "InferenceActor")
-            learners = _metrics(view, "LearnerActor")
-        finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(120)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+    with tempfile.TemporaryDirectory(prefix="bench-system-") as tmp, UpProcess(args.config, args.set or (), Path(tmp) / "run") as up:
+        deadline = time.monotonic() + args.start_timeout
+        while True:
+            view = up.view()
+            env_steps, _, version = _totals(view, config)
+            if env_steps > 0 and version >= 1:
+                break
+            if time.monotonic() > deadline or not up.running:
+                raise FiveActorsError(f"the actor system did not start training within {args.start_timeout:g}s:\n{up.output_tail()}")
+            time.sleep(1.0)
+        started, first = time.monotonic(), _totals(view, config)
+        staleness: list[float] = []
+        while time.monotonic() - started < args.seconds:
+            time.sleep(min(2.0, max(0.0, args.seconds - (time.monotonic() - started))))
+            view = up.view()
+            staleness += [float(m["staleness_mean"]) for m in _metrics(view, "LearnerActor") if "staleness_mean" in m]
+        elapsed = time.monotonic() - started
+        last = _totals(view, config)
+        inference = _metrics(view, "InferenceActor")
+        learners = _metrics(view, "LearnerActor")
     return {
         "env_steps_per_s": round((last[0] - first[0]) / elapsed, 1),
         "samples_per_s": round((last[1] - first[1]) / elapsed, 1),
@@ -126,18 +103,6 @@ def measure_system(args: argparse.Namespace, config: Config) -> dict[str, Any]:
         "game_actors": len(_metrics(view, "GameActor")),
         "learners": len(learners),
     }
-
-
-def _wait_for_url(proc: subprocess.Popen[bytes], out_path: Path, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for line in out_path.read_text().splitlines():
-            if line.startswith("serving http://"):
-                return line.split()[1]
-        if proc.poll() is not None:
-            raise FiveActorsError(f"`up` exited {proc.returncode}:\n{out_path.read_text()[-2000:]}")
-        time.sleep(0.2)
-    raise FiveActorsError(f"`up` did not print its address within {timeout:g}s")
 
 
 def measure_baseline(config: Config, seconds: float) -> dict[str, Any]:

@@ -1,0 +1,43 @@
+"""`five-actors bench surgery --smoke`: both arms run on real `up` trees, the live swap is timed.
+
+Skill is not asserted (a smoke budget is seconds); what a user reads is: one JSON object with
+both arms, the same env-step budget, a pause measured from the request until versions advance,
+and the counters the swap moved.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.supervisor.cluster import REPO
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def test_smoke_bench_reports_both_arms_and_the_pause(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "five_actors", "bench", "surgery", "--smoke", "--game-version", "1", "--run-dir", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=840,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    budget = result["budget"]["env_steps_per_arm"]
+    assert result["operations"] == "widen-lstm 48" and budget >= 2 * result["budget"]["operated_at_env_steps"] > 0
+    surgery, scratch = result["arms"]["surgery"], result["arms"]["scratch"]
+    for arm in (surgery, scratch):
+        assert arm["final_version"] >= 1 and arm["env_steps"] > 0
+        assert arm["env_steps"] >= budget or arm["stopped_on"] == "time"
+        assert isinstance(arm["table"], list)
+    swap = surgery["swap"]
+    assert swap["architecture"]["from"] != swap["architecture"]["to"]
+    assert swap["pause_s"] >= swap["request_to_answer_s"] > 0
+    assert surgery["final_version"] > swap["version_to"] > swap["version_from"]
+    assert swap["max_prob_diff"] <= 1e-6
+    assert swap["counters"]["game_arch_switches"]["since_request"] >= 1
+    # Both runs were kept where --run-dir said, logs included.
+    assert (tmp_path / "surgery" / "logs").is_dir() and (tmp_path / "scratch" / "logs").is_dir()

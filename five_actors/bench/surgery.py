@@ -45,12 +45,14 @@ LEARNING_SET: tuple[str, ...] = (
     "game.heroes_per_side=2",
     "game.time_limit_steps=600",
     "ppo.learning_rate=5e-4",
-    "training.eval_every_s=60",
+    "training.eval_every_s=90",
     "training.eval_games=16",
+    "training.eval_past_versions=1",
 )
 """The bench's settings on top of the config (before `--set`): a 2v2 one-lane game of 80 game
-seconds, so results arrive every few seconds of wall time and a small policy can move its win
-rate within minutes; an eval round of 16 games a minute for the table."""
+seconds, so that results arrive every few seconds of wall time and a small policy can move its
+win rate within minutes; an eval round of 16 games every 90 s for the table (an eval round
+takes a core away from training while it plays, so not more often)."""
 
 SMOKE_SET: tuple[str, ...] = ("training.pool_max_versions=1",)
 """`--smoke` on conf/smoke.toml: a small opponent pool, as a surgery operates (and verifies) every pool version."""

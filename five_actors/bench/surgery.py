@@ -1,27 +1,29 @@
 """`five-actors bench surgery`: a live surgery on the real actor system against training from scratch.
 
-Two arms, one after the other, each a real `five-actors up` subprocess (the whole tree:
-ParamServer, learner, inference, game actors, EvalActor) on the same config:
+Two arms, each a real `five-actors up` subprocess (the whole tree: ParamServer, learner,
+inference, game actors, EvalActor) on the same config, one after the other:
 
 1. surgery: game v1 with an LSTM of `--lstm-from` units for the first half of the budget; then
-   `POST /surgery` `game-version 2 + widen-lstm --lstm-to` (add-observation and add-action of
-   v2's features and `recall` are part of `game-version 2`); training goes on to the budget;
+   `POST /surgery` `game-version 2 + widen-lstm --lstm-to` (game-version 2 is add-observation of
+   v2's features and add-action `recall`); training goes on to the budget;
 2. scratch: game v2 with an LSTM of `--lstm-to` units from the start, for the same budget.
+
+`--game-version 1` makes the surgery `widen-lstm` alone and keeps both arms on v1.
 
 The budget is environment steps (game steps x games, summed over the GameActors in /actors):
 with `--env-steps N` each arm trains N and arm 1 operates at N/2; otherwise arm 1 trains
 `--minutes`/2 on v1, its env steps at that moment are half the budget, and both arms stop at
 twice that. An arm that has not reached its budget after twice `--minutes` stops there
 (`stopped_on: "time"`). Minutes count from the moment training flows (a game actor has
-shipped chunks and a version was published), so process start-up is not part of the budget.
+shipped chunks, a version was published) and the whole tree runs, so start-up is not part
+of the budget.
 
 It prints one JSON object: per arm a table of the EvalActor's rounds (minutes, env steps,
 version, win rate vs the scripted bot with its 95% interval, vs the random bot, TrueSkill
-mu relative to the random bot's), read from the run's `eval_result` events; for arm 1 the
-pause the swap caused (seconds from the request until the ParamServer's version passes the
-surgery's, env steps made meanwhile against the rate before) and the counters the swap moves
-(game actors' steps dropped and chunks lost, learners' chunks dropped or refused for their
-arch), before the request and at the arm's end.
+mu above the random bot's), read from the run's `eval_result` events; for arm 1 the swap:
+seconds from the request until the ParamServer's version passes the surgery's, env steps made
+meanwhile against the rate before, learner steps discarded (taken while the surgery ran), and
+the counters a swap moves (SWAP_COUNTERS) before the request and at the arm's end.
 """
 
 from __future__ import annotations
@@ -202,7 +204,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "variant": "live surgery through the actor system (POST /surgery on `five-actors up`)",
         "config": args.config,
         "overrides": overrides,
-        "budget": {"env_steps_per_arm": budget.env_steps, "operated_at_env_steps": results["surgery"].pop("operated_at_env_steps"),
+        "budget": {"env_steps_per_arm": budget.env_steps, "operated_at_env_steps": results["surgery"]["swap"]["env_steps_at_request"],
                    "minutes_per_arm": args.minutes, "same": "env steps (game steps x games, all GameActors)",
                    "arms_at_once": args.smoke},  # fmt: skip
         "operations": " ".join(ops),
@@ -240,7 +242,6 @@ def _surgery_arm(args: argparse.Namespace, overrides: list[str], run_dir: Path, 
     return {
         "game": "v1" if args.game_version == 1 else "v1, then v2 from the surgery",
         "lstm": [args.lstm_from, args.lstm_to],
-        "operated_at_env_steps": pause["env_steps_at_request"],
         **_summary(start, end, reached),
         "swap": pause,
         "table": _table(run_dir, watch, start.t),

@@ -33,7 +33,7 @@ from five_actors.supervisor.agent import AGENT_PATH, NodeAgent
 from five_actors.supervisor.child import TreeContext
 from five_actors.supervisor.config import ChildSpec, SupervisorSpec, check_importable, import_class
 from five_actors.supervisor.hosts import REGISTRY_PATH, HostAgent, HostRegistry
-from five_actors.supervisor.processes import TOKEN_ENV, report
+from five_actors.supervisor.processes import TOKEN_ENV, lower_priority, report
 from five_actors.supervisor.progress import ProgressLine
 from five_actors.supervisor.tree import Supervisor
 
@@ -196,6 +196,8 @@ async def child_node(node_id: str, path: str, spec_json: str, parent: str, run_d
     configure_logging(node_id, Path(run_dir) / "logs" if run_dir else None, log_level)
     token = os.environ.get(TOKEN_ENV, "")
     spec = from_mapping(ChildSpec, orjson.loads(spec_json), path)
+    if spec.nice:
+        lower_priority(spec.nice)
     config = read_run_config(Path(run_dir)) if run_dir and (Path(run_dir) / RUN_CONFIG).is_file() else None
     # The run's [node] settings (link limits, heartbeat) hold for its process children too; they listen on any free local port.
     node_config = dataclasses.replace(config.node if config else NodeConfig(), host="127.0.0.1", port=0)

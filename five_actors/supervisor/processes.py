@@ -24,6 +24,7 @@ import dataclasses
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -61,6 +62,20 @@ def child_env(device: str, token: str) -> dict[str, str]:
     else:
         env[DEVICE_ENV] = "cuda"
     return env
+
+
+def lower_priority(nice: int) -> None:
+    """Run this process (a process child, started as a session of its own) `nice` steps below its parent.
+
+    With Linux's autogroup scheduling (on by default on desktops and many VMs) the CPU is shared
+    fairly between sessions first, and a process's own nice value only ranks it inside its
+    session: the session's autogroup must be lowered too, which is safe here because the child
+    leads a session of its own (its children, the only others in it, should run lower too).
+    """
+    os.nice(nice)
+    if os.getsid(0) == os.getpid():
+        with contextlib.suppress(OSError):  # no autogroup scheduling on this kernel: os.nice was enough
+            Path("/proc/self/autogroup").write_text(f"{nice}\n")
 
 
 def child_node_id(parent_node: str, path: str) -> str:

@@ -241,7 +241,7 @@ def cmd_join(args: argparse.Namespace) -> int:
         raise FiveActorsError("join needs the cluster token: give exactly one of --token-file F or --token T")
     token = args.token or read_token(Path(args.token_file))
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(f"join-{args.name or 'host'}")
-    return run(join(args.url, token, args.name, args.host, args.port, run_dir, sys.stdout))
+    return run(join(args.url, token, args.name, args.host, args.port, run_dir, sys.stdout, args.advertise_host))
 
 
 def cmd_node(args: argparse.Namespace) -> int:
@@ -249,7 +249,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     from five_actors.runtime.node import run
     from five_actors.supervisor.main import child_node
 
-    return run(child_node(args.node_id, args.path, args.spec, args.parent, args.run_dir, args.log_level))
+    return run(child_node(args.node_id, args.path, args.spec, args.parent, args.run_dir, args.log_level, args.host, args.advertise_host))
 
 
 def _add_supervisor_parsers(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -275,6 +275,7 @@ def _add_supervisor_parsers(commands: argparse._SubParsersAction) -> None:  # ty
     join.add_argument("--name", help="this host's name and node id (default: the hostname); a host child of the same id prefers it")
     join.add_argument("--host", default="127.0.0.1", help="interface to serve on (default: %(default)s)")
     join.add_argument("--port", type=int, default=0, help="port to serve on (default: any free port)")
+    join.add_argument("--advertise-host", default="", help="address the head and peers reach this host at (default: --host, or the hostname for 0.0.0.0)")
     join.add_argument("--run-dir", help="where this host's logs go (default: runs/<UTC time>-join-<name>/)")
     join.set_defaults(func=cmd_join)
 
@@ -285,6 +286,8 @@ def _add_supervisor_parsers(commands: argparse._SubParsersAction) -> None:  # ty
     node.add_argument("--parent", required=True)
     node.add_argument("--run-dir", default="")
     node.add_argument("--log-level", default="info")
+    node.add_argument("--host", default="127.0.0.1")
+    node.add_argument("--advertise-host", default="")
     node.set_defaults(func=cmd_node)
 
 

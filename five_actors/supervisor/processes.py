@@ -1,6 +1,7 @@
 """OS-process children: a child that runs in its own node, started as a new Python process.
 
-The parent starts `python -m five_actors node --parent URL ...` (a hidden command) with the
+The parent starts `python -m five_actors node --parent URL --host H ...` (a hidden command; the
+child listens on the parent's interface H and advertises the parent's address) with the
 cluster token in the environment and, for a `cuda:N` device, CUDA_VISIBLE_DEVICES=N set before
 the child imports anything (the child then sees that GPU as `cuda:0`; `cpu` hides every GPU).
 The child starts its node, links back to the parent's node, starts the hosted actor or
@@ -25,6 +26,7 @@ import os
 import signal
 import sys
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 import structlog
@@ -103,13 +105,19 @@ class ProcessIncarnation(Incarnation):
         return self.node_id
 
     def command(self) -> list[str]:
-        """The child's command line (the token travels in its environment)."""
+        """The child's command line (the token travels in its environment).
+
+        The child listens on its parent's interface and advertises its parent's address: it runs
+        on the same machine, so whoever reaches the parent reaches the child (on its own port).
+        """
         spec = orjson.dumps(dataclasses.asdict(self.spec)).decode()
         run_dir = str(self.context.run_dir) if self.context.run_dir else ""
+        parent = self.context.node
         return [
             sys.executable, "-m", "five_actors", "node",
             "--node-id", self.node_id, "--path", self.path, "--spec", spec,
-            "--parent", self.context.node.url, "--run-dir", run_dir, "--log-level", self.context.log_level,
+            "--parent", parent.url, "--run-dir", run_dir, "--log-level", self.context.log_level,
+            "--host", parent.config.host, "--advertise-host", urlsplit(parent.url).hostname or "",
         ]  # fmt: skip
 
     async def start(self) -> None:

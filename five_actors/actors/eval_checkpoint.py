@@ -92,8 +92,7 @@ def game_config(loaded: Loaded, config: str | None, overrides: Sequence[str]) ->
 def check_fits(loaded: Loaded, game: GameConfig, source: str) -> None:
     """Refuse a checkpoint whose model cannot read the game's observations (other slots, blocks or heads)."""
     spec = loaded.policy.spec
-    version = max(game.version, spec.obs.version)
-    obs, actions = obs_spec(version, game), action_spec(version, game)
+    obs, actions = obs_spec(spec.obs.version, game), action_spec(spec.obs.version, game)  # play_round plays the model's version
     try:
         project_obs(np.zeros((0, obs.size), np.float32), obs, spec.obs)
         project_masks({}, actions, spec.actions)

@@ -36,7 +36,6 @@ from five_actors.model.checkpoint import load_into, read_checkpoint
 from five_actors.model.policy import Policy
 from five_actors.surgery.verify import project_masks, project_obs
 
-BOTS = ("random", "scripted")
 PLAYER = "checkpoint"
 """The evaluated checkpoint's name in the ratings."""
 SCALE = "TrueSkill mu minus the random bot's (pinned, never updated): random play is 0; mu 25, sigma 25/3, beta sigma/2, tau 0, draw 0.02"

@@ -90,6 +90,7 @@ class ProcessIncarnation(Incarnation):
         self.proc: asyncio.subprocess.Process | None = None
         self.url: str | None = None
         self._reported: str | None = None
+        self._killed = False
         self._watcher: asyncio.Task[None] | None = None
 
     @property
@@ -182,6 +183,9 @@ class ProcessIncarnation(Incarnation):
         while await self._read_line() is not None:
             pass
         returncode = await self.proc.wait()
+        if self._reported is not None and returncode < 0 and not self._killed:
+            # It reported its exit, then a signal ended it while the interpreter shut down (an abort from C++, say).
+            log.warning("child_exit_unclean", child=self.spec.id, pid=self.proc.pid, reported=self._reported, exit=_exit_reason(returncode))
         self._exit(self._reported or _exit_reason(returncode))
 
     async def stop(self, timeout: float) -> str:
@@ -201,6 +205,7 @@ class ProcessIncarnation(Incarnation):
         return await asyncio.shield(self.exited)
 
     def kill(self) -> None:
+        self._killed = True
         if self.proc is not None and self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.kill()

@@ -67,7 +67,9 @@ class _TorchThread:
     """One daemon thread that runs the learner's torch work in order.
 
     Daemon, unlike asyncio.to_thread's pool: a thread blocked in a collective on a peer that
-    died must not keep the process from exiting.
+    died must not keep the process from exiting. But a daemon thread still inside torch when
+    the interpreter exits is torn down mid-call, and C++ aborts the process ("terminate called
+    without an active exception"): a stopping learner `finish`es the thread first.
     """
 
     def __init__(self, name: str) -> None:
@@ -85,6 +87,12 @@ class _TorchThread:
     def close(self) -> None:
         """Let the thread end after the jobs already queued."""
         self._jobs.put(None)
+
+    async def finish(self, timeout: float) -> bool:
+        """Close, then wait up to `timeout` seconds for the thread to end; False if it is still busy."""
+        self.close()
+        await asyncio.to_thread(self._thread.join, timeout)
+        return not self._thread.is_alive()
 
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
@@ -270,7 +278,8 @@ class LearnerActor(Actor):
             # a peer that is gone makes it time out rather than hang the stop.
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.thread.run(self._final_round), STOP_WAIT_S)
-        self.thread.close()
+        if not await self.thread.finish(STOP_WAIT_S):
+            self.log.warning("learner_thread_busy_at_stop", waited_s=STOP_WAIT_S)
 
     def _final_round(self) -> None:
         if not self._grouped:

@@ -141,6 +141,39 @@ def _add_match_parser(commands: argparse._SubParsersAction) -> None:  # type: ig
     match.set_defaults(func=cmd_match)
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Play a checkpoint against a reference; progress on stderr, the report as one JSON object on stdout."""
+    from five_actors.actors.eval_checkpoint import evaluate
+
+    report = evaluate(Path(args.checkpoint), args.vs, args.games, args.seed, args.device,
+                      Path(args.replay) if args.replay else None, args.config, args.set or ())  # fmt: skip
+    sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _add_eval_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    evaluate = commands.add_parser("eval", help="play a checkpoint against a reference: win rate and TrueSkill as JSON")
+    evaluate.add_argument("checkpoint", metavar="CKPT", help="a checkpoint file, or a run directory (its newest checkpoint)")
+    evaluate.add_argument("--vs", required=True, metavar="REF", help="scripted, random, or another checkpoint file or run directory")
+    evaluate.add_argument("--games", type=_positive_int, default=16, help="games to play, half on each side (default %(default)s)")
+    evaluate.add_argument("--seed", type=int, default=0, help="seed of the games and the random bot (default %(default)s)")
+    evaluate.add_argument("--replay", metavar="PATH", help="record game 0 (the checkpoint on team 0) here")
+    evaluate.add_argument("--device", default="cpu", help="torch device to run the policies on (default %(default)s)")
+    evaluate.add_argument("--config", help="a config whose [game] to play (default: the checkpoint's run's config.json, else default)")
+    evaluate.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. game.time_limit_steps=600")
+    evaluate.set_defaults(func=cmd_eval)
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     """Start the root supervisor and its tree on this host, serve HTTP, stop cleanly on Ctrl-C/SIGTERM."""
     from five_actors.actors.live import TrainingLine
@@ -208,7 +241,7 @@ def cmd_join(args: argparse.Namespace) -> int:
         raise FiveActorsError("join needs the cluster token: give exactly one of --token-file F or --token T")
     token = args.token or read_token(Path(args.token_file))
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(f"join-{args.name or 'host'}")
-    return run(join(args.url, token, args.name, args.host, args.port, run_dir, sys.stdout))
+    return run(join(args.url, token, args.name, args.host, args.port, run_dir, sys.stdout, args.advertise_host))
 
 
 def cmd_node(args: argparse.Namespace) -> int:
@@ -216,7 +249,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     from five_actors.runtime.node import run
     from five_actors.supervisor.main import child_node
 
-    return run(child_node(args.node_id, args.path, args.spec, args.parent, args.run_dir, args.log_level))
+    return run(child_node(args.node_id, args.path, args.spec, args.parent, args.run_dir, args.log_level, args.host, args.advertise_host))
 
 
 def _add_supervisor_parsers(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -242,6 +275,7 @@ def _add_supervisor_parsers(commands: argparse._SubParsersAction) -> None:  # ty
     join.add_argument("--name", help="this host's name and node id (default: the hostname); a host child of the same id prefers it")
     join.add_argument("--host", default="127.0.0.1", help="interface to serve on (default: %(default)s)")
     join.add_argument("--port", type=int, default=0, help="port to serve on (default: any free port)")
+    join.add_argument("--advertise-host", default="", help="address the head and peers reach this host at (default: --host, or the hostname for 0.0.0.0)")
     join.add_argument("--run-dir", help="where this host's logs go (default: runs/<UTC time>-join-<name>/)")
     join.set_defaults(func=cmd_join)
 
@@ -252,6 +286,8 @@ def _add_supervisor_parsers(commands: argparse._SubParsersAction) -> None:  # ty
     node.add_argument("--parent", required=True)
     node.add_argument("--run-dir", default="")
     node.add_argument("--log-level", default="info")
+    node.add_argument("--host", default="127.0.0.1")
+    node.add_argument("--advertise-host", default="")
     node.set_defaults(func=cmd_node)
 
 
@@ -344,6 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_logs_parser(commands)
     _add_replay_parser(commands)
     _add_match_parser(commands)
+    _add_eval_parser(commands)
     _add_supervisor_parsers(commands)
     _add_surgery_parser(commands)
     return parser

@@ -180,9 +180,14 @@ class ExperienceBuffer:
             return len(self.chunks) >= count and consumed + count <= max_reuse * produced
 
     def take(self, count: int, version: int, rng: np.random.Generator) -> Minibatch:
-        """Pick `count` chunks at random (after `ready` said yes; chunks only arrive in between)."""
+        """Pick the `count` least-used chunks, ties at random (after `ready` said yes; chunks only arrive in between).
+
+        Least-used first, like epochs over a batch: uniform picks left some chunks to be evicted
+        unused while others were trained on many times."""
         with self._lock:
-            picked = [self.chunks[i] for i in rng.choice(len(self.chunks), size=count, replace=False)]
+            shuffled = rng.permutation(len(self.chunks))
+            order = sorted(shuffled, key=lambda i: self.chunks[i].uses)[:count]
+            picked = [self.chunks[i] for i in order]
             fresh = [c.uses == 0 for c in picked]
             for c in picked:
                 c.uses += 1

@@ -14,7 +14,6 @@ a resumed run reads back.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import time
 from pathlib import Path
@@ -22,20 +21,16 @@ from typing import Any
 
 import numpy as np
 import structlog
-import torch
 
+from five_actors.actors.inference import policy_from_params
 from five_actors.actors.messages import GetParams, GetStats, Params
-from five_actors.actors.ratings import Ratings, load_state, save_state, wilson_interval
+from five_actors.actors.play import GameOutcome, play_round, summarize
+from five_actors.actors.ratings import Ratings, load_state, save_state
 from five_actors.config import Config
 from five_actors.errors import ConfigError, FiveActorsError
 from five_actors.game.bots import RandomBot, ScriptedBot
-from five_actors.game.config import GameConfig
-from five_actors.game.env import LaneGame
-from five_actors.game.match import Bot, replay_meta
-from five_actors.game.replay import Recorder
+from five_actors.game.match import Bot
 from five_actors.model.policy import Policy
-from five_actors.model.spec import ModelSpec
-from five_actors.surgery.verify import project_masks, project_obs
 from five_actors.runtime.actor import Actor
 from five_actors.supervisor.processes import DEVICE_ENV
 
@@ -43,99 +38,6 @@ log = structlog.get_logger("five_actors.actors")
 
 RATINGS_FILE = Path("eval") / "ratings.json"
 """Where, under the run directory, the evaluator keeps its ratings."""
-
-
-class PolicyPlayer:
-    """A policy playing a fixed set of rows: keeps their LSTM state, resets it when a game ends."""
-
-    def __init__(self, policy: Policy, rows: int) -> None:
-        self.policy = policy
-        self.state = policy.initial_state(rows)
-
-    def act(self, obs: np.ndarray, masks: dict[str, np.ndarray]) -> np.ndarray:
-        out = self.policy.act(obs, masks, self.state)
-        self.state = out.state
-        return out.actions.cpu().numpy()
-
-    def reset(self, done: np.ndarray) -> None:
-        """Zero the state of the rows whose game just ended."""
-        keep = torch.as_tensor(~done, device=self.policy.device).to(self.state[0].dtype).unsqueeze(-1)
-        self.state = (self.state[0] * keep, self.state[1] * keep)
-
-
-def policy_from_params(params: Params, device: str) -> Policy:
-    """A Policy holding `params`; refuses parameters whose spec does not hash to their `arch`."""
-    spec = ModelSpec.from_dict(params.spec)
-    if spec.hash != params.arch:
-        raise FiveActorsError(f"params of version {params.version} claim architecture {params.arch} but their spec is {spec.hash}")
-    policy = Policy(spec).to(device)
-    try:
-        policy.load_state_dict({k: torch.as_tensor(np.array(v)) for k, v in params.state.items()})
-    except RuntimeError as exc:
-        raise FiveActorsError(f"params of version {params.version} do not fit their spec: {exc}") from None
-    policy.eval()
-    return policy
-
-
-def play_round(config: GameConfig, policy: Policy, opponent: Bot | Policy, games: int, seed: int,
-               record: Path | None = None) -> list[float]:
-    """Play `games` games of `policy` against `opponent` until each has ended once.
-
-    Returns the policy's outcome per game (1 win, 0.5 draw, 0 loss); with `record`, saves the
-    replay of game 0 (the policy on team 0) there.
-    """
-    # After a live surgery the policy may read another game version's layout: play that version.
-    env = LaneGame(dataclasses.replace(config, games_per_batch=games, seed=seed, version=policy.spec.obs.version))
-    obs, masks = env.reset(seed)
-    layout = policy.spec.obs, policy.spec.actions
-
-    def view(o: np.ndarray, m: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Observations and masks in the policies' layout (it differs from the game's after add-observation/add-action)."""
-        if env.obs_spec != layout[0]:
-            o = project_obs(o, env.obs_spec, layout[0])
-        if env.action_spec != layout[1]:
-            m = project_masks(m, env.action_spec, layout[1])
-        return o, m
-
-    hps = env.agents_per_team
-    rows = np.arange(env.num_rows)
-    game_of, team_of = rows // (2 * hps), (rows // hps) % 2
-    side = game_of % 2  # the policy's team in each row's game
-    mine = team_of == side
-    player = PolicyPlayer(policy, int(mine.sum()))
-    other: Any = PolicyPlayer(opponent, int((~mine).sum())) if isinstance(opponent, Policy) else opponent
-    recorder = Recorder(replay_meta(config, seed)) if record is not None else None
-    if recorder is not None:
-        recorder.frame(0, env.units_frame(0), [])
-    outcomes: dict[int, float] = {}
-    step_no = 0
-    while len(outcomes) < games:
-        step_no += 1
-        actions = np.zeros((env.num_rows, env.action_spec.columns), dtype=np.int64)
-        seen = view(obs, masks)
-        actions[mine] = player.act(seen[0][mine], {k: m[mine] for k, m in seen[1].items()})
-        if isinstance(other, PolicyPlayer):
-            actions[~mine] = other.act(seen[0][~mine], {k: m[~mine] for k, m in seen[1].items()})
-        else:
-            actions[~mine] = other.act(obs[~mine], {k: m[~mine] for k, m in masks.items()})
-        step = env.step(actions)
-        obs, masks = step.obs, step.masks
-        for result in env.results:
-            game, winner = result["game"], result["winner"]
-            if game not in outcomes:
-                outcomes[game] = 0.5 if winner < 0 else float(winner == game % 2)
-                if game == 0 and recorder is not None and record is not None:
-                    recorder.frame(step_no, env.units_frame(0), env.events(0))
-                    recorder.save(record, {k: v for k, v in result.items() if k != "game"})
-                    recorder = None
-        env.results.clear()
-        if recorder is not None:
-            recorder.frame(step_no, env.units_frame(0), env.events(0))
-        if step.dones.any():
-            player.reset(step.dones[mine])
-            if isinstance(other, PolicyPlayer):
-                other.reset(step.dones[~mine])
-    return [outcomes[g] for g in range(games)]
 
 
 class EvalActor(Actor):
@@ -240,7 +142,7 @@ class EvalActor(Actor):
             seed = self.training.seed + 7919 * self.rounds + index
             outcomes = await asyncio.to_thread(play_round, self.config.game, policy, opponent, self.training.eval_games, seed, record)
             for outcome in outcomes:
-                self.ratings.record(me, name, outcome)
+                self.ratings.record(me, name, outcome.score)
             results[name] = self._result(latest.version, name, outcomes)
         self.rounds += 1
         if latest.version not in self.history:
@@ -255,13 +157,8 @@ class EvalActor(Actor):
         self._save()
         return self.last
 
-    def _result(self, version: int, opponent: str, outcomes: list[float]) -> dict[str, Any]:
-        wins, draws = outcomes.count(1.0), outcomes.count(0.5)
-        score = wins + 0.5 * draws
-        low, high = wilson_interval(score, len(outcomes))
-        return {"version": version, "opponent": opponent, "games": len(outcomes), "wins": wins, "draws": draws,
-                "losses": len(outcomes) - wins - draws, "win_rate": round(score / len(outcomes), 4),
-                "ci_low": round(low, 4), "ci_high": round(high, 4)}  # fmt: skip
+    def _result(self, version: int, opponent: str, outcomes: list[GameOutcome]) -> dict[str, Any]:
+        return {"version": version, "opponent": opponent, **summarize(outcomes)}
 
     def _replay_path(self, version: int, opponent: str) -> Path | None:
         if self.run_dir is None:

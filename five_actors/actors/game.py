@@ -1,8 +1,10 @@
 """GameActor: steps a batch of lane games, acts through an InferenceActor, ships rollout chunks.
 
-Every hero of both teams of every game is a row of one batch. Team 0 always plays the latest
-policy; at each game's start team 1 plays a past version from the ParamServer's opponent pool
-with probability `training.past_opponent_share`, else the latest too. Each step sends every
+Every hero of both teams of every game is a row of one batch. At each game's start one team
+plays a past version from the ParamServer's opponent pool with probability
+`training.past_opponent_share`, else both teams play the latest policy. The past version's side
+alternates from one such game to the next in each game slot (slots start on alternate sides), so
+the learning policy meets past opponents from both sides of the map. Each step sends every
 row's observation, masks and LSTM state in one InferRequest and applies the reply.
 
 Rows played by the latest policy are learned from: once a chunk of `rollout_chunk_steps` steps
@@ -105,6 +107,8 @@ class GameActor(Actor):
         self.steps_dropped_arch = 0
         self.games_finished = 0
         self.past_games = 0
+        self.past_games_by_side = [0, 0]
+        """Games against a past version, by the team the latest policy played in them."""
         self.match_results = 0
         self.reward_totals: dict[str, float] = {}
         self.buffer: list[_StepRecord] = []
@@ -128,6 +132,8 @@ class GameActor(Actor):
         self.rng = np.random.default_rng(seed)
         self.per_game = 2 * self.game.agents_per_team
         self.opponents = np.full(self.game.num_games, LATEST, np.int64)
+        self.past_team = np.arange(self.game.num_games, dtype=np.int64) % 2
+        """The team that plays the opponent in each game where it is a past version (see the module docstring)."""
         self.log = log.bind(actor=self.ref.path)
         self.params = self.system.ref(self.params_address)
         # Game actors spread over the inference actors; each moves on to the next one on a failure.
@@ -173,15 +179,11 @@ class GameActor(Actor):
             starts = step.dones
             obs, masks = step.obs, step.masks
             for g in np.flatnonzero(step.dones[:: self.per_game]).tolist():
-                await self._game_over(g, float(step.infos["win"][g * self.per_game]))
+                await self._game_over(g, step.infos["win"])
             await self._ship_ready()
 
     def _row_versions(self) -> np.ndarray:
-        """The version each row plays: team 0 the latest, team 1 its game's opponent."""
-        heroes = self.game.agents_per_team
-        versions = np.full((self.game.num_games, 2, heroes), LATEST, np.int64)
-        versions[:, 1, :] = self.opponents[:, None]
-        return versions.reshape(-1)
+        return row_versions(self.opponents, self.past_team, self.game.agents_per_team)
 
     async def _pick_opponent(self, game: int) -> None:
         """Decide at a game's start whether team 1 plays a past version (asked of the ParamServer)."""
@@ -195,15 +197,22 @@ class GameActor(Actor):
             return
         if isinstance(reply, Opponent) and reply.version != LATEST:
             self.opponents[game] = reply.version
+            self.past_team[game] ^= 1
             self.past_games += 1
+            self.past_games_by_side[1 - int(self.past_team[game])] += 1
 
-    async def _game_over(self, game: int, team0_outcome: float) -> None:
-        """Report a game against a past version to the ParamServer, then pick the next opponent."""
+    async def _game_over(self, game: int, win: np.ndarray) -> None:
+        """Report a game against a past version to the ParamServer, then pick the next opponent.
+
+        `win` is the step's per-row outcome (1 win, 0.5 draw, 0 loss); the latest policy's is its team's.
+        """
         self.games_finished += 1
         opponent = int(self.opponents[game])
         if opponent != LATEST:
+            latest_team = 1 - int(self.past_team[game])
+            outcome = float(win[game * self.per_game + latest_team * self.game.agents_per_team])
             try:
-                await self.params.tell(MatchResult(opponent, team0_outcome))
+                await self.params.tell(MatchResult(opponent, outcome))
                 self.match_results += 1
             except FiveActorsError as exc:
                 self.log.warning("match_result_lost", opponent=opponent, error=str(exc))
@@ -405,6 +414,8 @@ class GameActor(Actor):
             "steps_dropped_arch": self.steps_dropped_arch,
             "games_finished": self.games_finished,
             "past_opponent_games": self.past_games,
+            "past_opponent_games_as_team0": self.past_games_by_side[0],
+            "past_opponent_games_as_team1": self.past_games_by_side[1],
             "match_results": self.match_results,
             "rewards": dict(self.reward_totals),
         }
@@ -414,6 +425,17 @@ class GameActor(Actor):
         metrics = {f"game_{k}": v for k, v in stats.items() if isinstance(v, (int, float))}
         metrics.update({f"game_reward_{k}": v for k, v in self.reward_totals.items()})
         return {"progress": {"env_steps": self.env_steps, "chunks": self.chunks_sent}, "metrics": metrics}
+
+
+def row_versions(opponents: np.ndarray, past_team: np.ndarray, heroes: int) -> np.ndarray:
+    """The version each row of the batch plays, in row order (game, team, hero).
+
+    In game g, team `past_team[g]` plays `opponents[g]` and the other team the latest; an
+    opponent of LATEST makes both teams the latest.
+    """
+    versions = np.full((len(opponents), 2, heroes), LATEST, np.int64)
+    versions[np.arange(len(opponents)), past_team] = opponents[:, None]
+    return versions.reshape(-1)
 
 
 class _ArchChanged(Exception):

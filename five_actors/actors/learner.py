@@ -67,7 +67,9 @@ class _TorchThread:
     """One daemon thread that runs the learner's torch work in order.
 
     Daemon, unlike asyncio.to_thread's pool: a thread blocked in a collective on a peer that
-    died must not keep the process from exiting.
+    died must not keep the process from exiting. But a daemon thread still inside torch when
+    the interpreter exits is torn down mid-call, and C++ aborts the process ("terminate called
+    without an active exception"): a stopping learner `finish`es the thread first.
     """
 
     def __init__(self, name: str) -> None:
@@ -85,6 +87,12 @@ class _TorchThread:
     def close(self) -> None:
         """Let the thread end after the jobs already queued."""
         self._jobs.put(None)
+
+    async def finish(self, timeout: float) -> bool:
+        """Close, then wait up to `timeout` seconds for the thread to end; False if it is still busy."""
+        self.close()
+        await asyncio.to_thread(self._thread.join, timeout)
+        return not self._thread.is_alive()
 
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
@@ -134,6 +142,11 @@ class LearnerActor(Actor):
         self.allreduce_s = 0.0
         """Seconds spent averaging gradients across the ranks."""
         self.last: dict[str, float] = {}
+        self.spec: ModelSpec | None = None
+        """None until the group has formed and the policy is built."""
+        self.arch = ""
+        self._pending: list[Rollout] = []
+        """Rollouts that arrived before the policy was built, checked once it is."""
         self._grouped = False
         self._adopting = False
 
@@ -151,6 +164,20 @@ class LearnerActor(Actor):
         self.rng = np.random.default_rng(self.training.seed + 7919 * (self.rank + 1))
         self.buffer = ExperienceBuffer(self.training.buffer_chunks, self.training.rollout_chunk_steps, self.training.reuse_window_s)
         self.thread = _TorchThread(f"learner-{self.rank}")
+        if self.world_size == 1:
+            await self._prepare(config)
+            self.spawn_task(self._train_forever(), "learner:train")
+        else:
+            # Running before the group forms: the supervisor starts the ranks one after another, and
+            # rank 0 waiting in the rendezvous for a rank not yet started would never be ready.
+            self.spawn_task(self._prepare_and_train(config), "learner:train")
+
+    async def _prepare_and_train(self, config: Config) -> None:
+        await self._prepare(config)
+        await self._train_forever()
+
+    async def _prepare(self, config: Config) -> None:
+        """Join the group, take the starting point from rank 0, build the policy, check the Rollouts held meanwhile."""
         if self.world_size > 1:
             await self.thread.run(self._join_group)
         start = await self._starting_point(config) if self.rank == 0 else None
@@ -166,7 +193,9 @@ class LearnerActor(Actor):
         if self.param_server:
             # A surgery announces a new architecture through ParamsAvailable: see on_params_available.
             await self.system.ref(self.param_server).tell(Subscribe(self.ref.address), sender=self.ref)
-        self.spawn_task(self._train_forever(), "learner:train")
+        pending, self._pending = self._pending, []
+        for msg in pending:
+            await self.on_rollout(msg)
 
     async def on_params_available(self, msg: ParamsAvailable) -> None:
         """A new architecture (a live surgery): rebuild the policy and Adam from the ParamServer's operated state."""
@@ -249,7 +278,8 @@ class LearnerActor(Actor):
             # a peer that is gone makes it time out rather than hang the stop.
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.thread.run(self._final_round), STOP_WAIT_S)
-        self.thread.close()
+        if not await self.thread.finish(STOP_WAIT_S):
+            self.log.warning("learner_thread_busy_at_stop", waited_s=STOP_WAIT_S)
 
     def _final_round(self) -> None:
         if not self._grouped:
@@ -266,16 +296,26 @@ class LearnerActor(Actor):
 
     async def on_rollout(self, msg: Rollout) -> None:
         spec = self.spec
+        if spec is None:
+            self._hold(msg)
+            return
         try:
             batch = check_rollout(msg, spec, self.training.rollout_chunk_steps)
             if spec is not self.spec:  # the torch thread switched architecture meanwhile (_adopt)
                 raise TrainingError(f"rollout of architecture {msg.arch!r} arrived during a switch to {self.arch!r}")
         except TrainingError as exc:
-            batch = msg.versions.shape[0] if isinstance(msg.versions, np.ndarray) and msg.versions.ndim == 1 else 1
-            self.buffer.refused(batch)
+            self.buffer.refused(_rows(msg))
             self.log.warning("rollout_refused", source=msg.source, reason=str(exc), refused=self.buffer.counters.refused)
             return
         self.buffer.add(msg, batch)
+
+    def _hold(self, msg: Rollout) -> None:
+        """Keep a Rollout that arrived before the group formed, up to a buffer's worth of chunks."""
+        self._pending.append(msg)
+        while sum(_rows(m) for m in self._pending) > self.training.buffer_chunks:
+            early = self._pending.pop(0)
+            self.buffer.refused(_rows(early))
+            self.log.warning("rollout_refused", source=early.source, reason="the learner is still joining its group and holds a buffer's worth already")
 
     # -- training -------------------------------------------------------------------------
 
@@ -425,6 +465,7 @@ class LearnerActor(Actor):
         if not self.param_server:
             return
         version, state, optimizer = publish
+        assert self.spec is not None  # a publish comes from a round, after the policy was built
         server = self.system.ref(self.param_server)
         try:
             if optimizer is not None:
@@ -459,6 +500,11 @@ class LearnerActor(Actor):
         stats = self.stats()
         return {"progress": {"steps": stats["steps"], "version": stats.get("version", 0), "arch": stats.get("arch")},
                 "metrics": {k: v for k, v in stats.items() if isinstance(v, (int, float)) and k != "rank"}}  # fmt: skip
+
+
+def _rows(msg: Rollout) -> int:
+    """How many chunks a Rollout claims to carry (1 when its versions are malformed)."""
+    return msg.versions.shape[0] if isinstance(msg.versions, np.ndarray) and msg.versions.ndim == 1 else 1
 
 
 def _broadcast_object(value: dict[str, Any] | None, device: torch.device) -> dict[str, Any]:

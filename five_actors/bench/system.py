@@ -6,9 +6,10 @@ after a game actor has shipped chunks) its figures are measured over `--seconds`
 tree's view (/actors): env steps/s (game steps x games, all game actors), learner samples/s
 (optimizer steps x minibatch_chunks x rollout_chunk_steps: row-steps trained on), mean
 inference batch (rows per forward), p99 inference latency, mean staleness and sample reuse.
-Then, with the machine to itself, the synchronous baseline (five_actors.model.baseline)
-trains the same model on the same game with `training.games_per_actor` games in self-play
-(every row learned from) for `--seconds`: collect, update, repeat. Ratios are system / baseline.
+The synchronous baseline (five_actors.model.baseline), with the machine to itself, trains the
+same model on the same game with `training.games_per_actor` games in self-play (every row
+learned from, `ppo.epochs` times) for `--seconds`: collect, update, repeat. The two arms
+alternate `--repeats` times; the figures are medians and the ratios are system / baseline.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,24 +39,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options."""
     parser.add_argument("--config", default="default", help="config file or bundled name (default: default)")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
-    parser.add_argument("--seconds", type=float, default=60.0, help="measured seconds of each of the two runs (default 60)")
+    parser.add_argument("--seconds", type=float, default=45.0, help="measured seconds of each arm in each repeat (default 45)")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of baseline then system; medians are reported (default 3)")
     parser.add_argument("--start-timeout", type=float, default=300.0, help="seconds the tree may take to start training (default 300)")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Measure the actor system, then the baseline; returns both and their ratios."""
+    """Measure the baseline and the actor system in turn, `--repeats` times; returns the medians and their ratios.
+
+    Alternating the two arms spreads whatever else the machine is doing over both of them."""
     config = load_config(args.config, args.set or ())
-    system = measure_system(args, config)
-    baseline = measure_baseline(config, args.seconds)
+    rounds: list[dict[str, Any]] = []
+    for repeat in range(args.repeats):
+        baseline = measure_baseline(config, args.seconds)
+        system = measure_system(args, config)
+        rounds.append({"baseline": baseline, "system": system})
+        print(f"repeat {repeat + 1}/{args.repeats}: system {system['env_steps_per_s']:,.0f} env steps/s, {system['samples_per_s']:,.0f} samples/s;"
+              f" baseline {baseline['env_steps_per_s']:,.0f}, {baseline['samples_per_s']:,.0f}", file=sys.stderr, flush=True)  # fmt: skip
+    system, baseline = _medians([r["system"] for r in rounds]), _medians([r["baseline"] for r in rounds])
     return {
         "config": config.name,
         "seconds": args.seconds,
+        "repeats": args.repeats,
         "system": system,
         "baseline": baseline,
         "env_steps_ratio": round(system["env_steps_per_s"] / max(baseline["env_steps_per_s"], 1e-9), 3),
         "samples_ratio": round(system["samples_per_s"] / max(baseline["samples_per_s"], 1e-9), 3),
+        "rounds": rounds,
         "cpus": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def _medians(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each numeric figure's median over the repeats."""
+    return {k: round(float(np.median([r[k] for r in results])), 3) for k, v in results[0].items() if isinstance(v, (int, float)) and all(r[k] is not None for r in results)}
+
+
+def _view(up: UpProcess) -> dict[str, Any]:
+    """The tree's /actors view; a tree that stopped answering is an error with the end of its output."""
+    try:
+        return up.view()
+    except OSError as exc:
+        state = "running" if up.running else "exited"
+        raise FiveActorsError(f"the actor system ({state}) did not answer {up.url}/actors: {exc}\n{up.output_tail()}") from None
 
 
 def _metrics(view: dict[str, Any], cls: str) -> list[dict[str, Any]]:
@@ -72,10 +100,10 @@ def _totals(view: dict[str, Any], config: Config) -> tuple[float, float, float]:
 
 def measure_system(args: argparse.Namespace, config: Config) -> dict[str, Any]:
     """Run `up` in a subprocess and measure it over `args.seconds` once training flows."""
-    with tempfile.TemporaryDirectory(prefix="bench-system-") as tmp, UpProcess(args.config, args.set or (), Path(tmp) / "run") as up:
+    with tempfile.TemporaryDirectory(prefix="bench-system-") as tmp, UpProcess(args.config, args.set or (), Path(tmp) / "run", args.start_timeout) as up:
         deadline = time.monotonic() + args.start_timeout
         while True:
-            view = up.view()
+            view = _view(up)
             env_steps, _, version = _totals(view, config)
             if env_steps > 0 and version >= 1:
                 break
@@ -86,7 +114,7 @@ def measure_system(args: argparse.Namespace, config: Config) -> dict[str, Any]:
         staleness: list[float] = []
         while time.monotonic() - started < args.seconds:
             time.sleep(min(2.0, max(0.0, args.seconds - (time.monotonic() - started))))
-            view = up.view()
+            view = _view(up)
             staleness += [float(m["staleness_mean"]) for m in _metrics(view, "LearnerActor") if "staleness_mean" in m]
         elapsed = time.monotonic() - started
         last = _totals(view, config)

@@ -12,6 +12,11 @@ class NodeConfig:
     host: str = "127.0.0.1"
     """Interface the node's HTTP and websocket server binds to."""
 
+    advertise_host: str = ""
+    """Address other nodes are told to reach this node at (its links' URL); empty: `host`, or this
+    machine's hostname when `host` is a wildcard (0.0.0.0, ::). Process children of the node listen
+    on the same interface and advertise the same address (with their own ports)."""
+
     port: int = 8780
     """TCP port of the node's server; 0 picks a free port (read it back from `node.port`)."""
 

@@ -81,8 +81,8 @@ class Node:
             raise OSError(exc.errno, f"node {self.node_id} cannot listen on {self.config.host}:{self.config.port}: {exc.strerror}") from None
         self._runner = runner
         self.port = runner.addresses[0][1]
-        host = self.config.host
-        if host in ("0.0.0.0", "::", ""):
+        host = self.config.advertise_host or self.config.host
+        if host in ("0.0.0.0", "::"):
             host = socket.gethostname()
         self.transport.url = normalise_url(f"{host}:{self.port}")
         self.transport.known[self.node_id] = self.transport.url

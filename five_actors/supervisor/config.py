@@ -67,6 +67,10 @@ class ChildSpec:
     """Seconds to wait for a graceful stop before the child is killed."""
     device: str = "cpu"
     """process children: `cpu` or `cuda:N` (CUDA_VISIBLE_DEVICES is set before torch is imported)."""
+    nice: int = 0
+    """process children: how much lower than its parent's the OS scheduling priority is (0-19). On a
+    host with fewer cores than busy processes, rollouts at a higher niceness than learners fill
+    the CPU the learners leave idle instead of taking half of it."""
     start_timeout: float = 30.0
     """process children: seconds the new OS process may take to report that it is running."""
     strategy: Strategy = "one_for_one"
@@ -101,6 +105,10 @@ class ChildSpec:
             raise ValueError(f"start_timeout: must be > 0, got {self.start_timeout}")
         if not _DEVICE.match(self.device):
             raise ValueError(f"device: {self.device!r} is not cpu, cuda or cuda:N")
+        if not 0 <= self.nice <= 19:
+            raise ValueError(f"nice: must be in 0..19 (a priority below its parent's), got {self.nice}")
+        if self.nice and self.kind != "process":
+            raise ValueError(f"nice: only a process child runs at its own priority, not a child of kind {self.kind!r}")
         _check_limits(self.max_restarts, self.max_seconds, self.backoff, self.backoff_max)
         _check_children(self.children)
 

@@ -33,7 +33,7 @@ from five_actors.supervisor.agent import AGENT_PATH, NodeAgent
 from five_actors.supervisor.child import TreeContext
 from five_actors.supervisor.config import ChildSpec, SupervisorSpec, check_importable, import_class
 from five_actors.supervisor.hosts import REGISTRY_PATH, HostAgent, HostRegistry
-from five_actors.supervisor.processes import TOKEN_ENV, report
+from five_actors.supervisor.processes import TOKEN_ENV, lower_priority, report
 from five_actors.supervisor.progress import ProgressLine
 from five_actors.supervisor.tree import Supervisor
 
@@ -191,14 +191,18 @@ async def _print_progress(agent: NodeAgent, out: TextIO, progress_line: Callable
         out.flush()
 
 
-async def child_node(node_id: str, path: str, spec_json: str, parent: str, run_dir: str, log_level: str) -> int:
-    """Run a process child: its own node, linked to `parent`, hosting one actor or subtree at `path`."""
+async def child_node(node_id: str, path: str, spec_json: str, parent: str, run_dir: str, log_level: str,
+                     host: str = "127.0.0.1", advertise_host: str = "") -> int:
+    """Run a process child: its own node on `host` (advertised as `advertise_host`), linked to `parent`,
+    hosting one actor or subtree at `path`."""
     configure_logging(node_id, Path(run_dir) / "logs" if run_dir else None, log_level)
     token = os.environ.get(TOKEN_ENV, "")
     spec = from_mapping(ChildSpec, orjson.loads(spec_json), path)
+    if spec.nice:
+        lower_priority(spec.nice)
     config = read_run_config(Path(run_dir)) if run_dir and (Path(run_dir) / RUN_CONFIG).is_file() else None
-    # The run's [node] settings (link limits, heartbeat) hold for its process children too; they listen on any free local port.
-    node_config = dataclasses.replace(config.node if config else NodeConfig(), host="127.0.0.1", port=0)
+    # The run's [node] settings (link limits, heartbeat) hold for its process children too; each listens on a free port.
+    node_config = dataclasses.replace(config.node if config else NodeConfig(), host=host, advertise_host=advertise_host, port=0)
     node, agent, shutdown = await _start_node(node_id, token, node_config, NodeAgent)
     node.system.spawn(agent, AGENT_PATH)
     try:
@@ -232,8 +236,13 @@ async def _stdin_closed() -> None:
         pass
 
 
-async def join(url: str, token: str, name: str | None, host: str, port: int, run_dir: Path, out: TextIO) -> int:
-    """Run a host supervisor that joins the head at `url` and runs the subtrees it assigns."""
+async def join(url: str, token: str, name: str | None, host: str, port: int, run_dir: Path, out: TextIO,
+               advertise_host: str = "") -> int:
+    """Run a host supervisor that joins the head at `url` and runs the subtrees it assigns.
+
+    It listens on `host` and tells peers to reach it at `advertise_host` (default: `host`, or the
+    hostname for a wildcard); its process children do the same on ports of their own.
+    """
     name = name or socket.gethostname()
     run_dir.mkdir(parents=True, exist_ok=True)
     configure_logging(name, run_dir / "logs")
@@ -241,12 +250,13 @@ async def join(url: str, token: str, name: str | None, host: str, port: int, run
     def make_agent(node: Node) -> HostAgent:
         return HostAgent(node, "", name, TreeContext(node.system, run_dir, node))  # the head's id is known once linked
 
-    node, agent, shutdown = await _start_node(name, token, NodeConfig(host=host, port=port), make_agent)
+    node_config = NodeConfig(host=host, port=port, advertise_host=advertise_host)
+    node, agent, shutdown = await _start_node(name, token, node_config, make_agent)
     try:
         assert isinstance(agent, HostAgent)
         agent.head = await node.connect(url)
         node.system.spawn(agent, AGENT_PATH)
-        out.write(f"joined {agent.head} at {url} as {name}; serving http://{host}:{node.port}, run dir {run_dir}\n")
+        out.write(f"joined {agent.head} at {url} as {name}; serving http://{host}:{node.port}, links at {node.url}/ws, run dir {run_dir}\n")
         out.flush()
         await shutdown.wait()
         for sub in reversed([c for c in node.system.cells() if isinstance(c.actor, Supervisor)]):

@@ -1,6 +1,7 @@
 """OS-process children: a child that runs in its own node, started as a new Python process.
 
-The parent starts `python -m five_actors node --parent URL ...` (a hidden command) with the
+The parent starts `python -m five_actors node --parent URL --host H ...` (a hidden command; the
+child listens on the parent's interface H and advertises the parent's address) with the
 cluster token in the environment and, for a `cuda:N` device, CUDA_VISIBLE_DEVICES=N set before
 the child imports anything (the child then sees that GPU as `cuda:0`; `cpu` hides every GPU).
 The child starts its node, links back to the parent's node, starts the hosted actor or
@@ -24,7 +25,9 @@ import dataclasses
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 import structlog
@@ -63,6 +66,20 @@ def child_env(device: str, token: str) -> dict[str, str]:
     return env
 
 
+def lower_priority(nice: int) -> None:
+    """Run this process (a process child, started as a session of its own) `nice` steps below its parent.
+
+    With Linux's autogroup scheduling (on by default on desktops and many VMs) the CPU is shared
+    fairly between sessions first, and a process's own nice value only ranks it inside its
+    session: the session's autogroup must be lowered too, which is safe here because the child
+    leads a session of its own (its children, the only others in it, should run lower too).
+    """
+    os.nice(nice)
+    if os.getsid(0) == os.getpid():
+        with contextlib.suppress(OSError):  # no autogroup scheduling on this kernel: os.nice was enough
+            Path("/proc/self/autogroup").write_text(f"{nice}\n")
+
+
 def child_node_id(parent_node: str, path: str) -> str:
     """The node id of the process child at `path` of `parent_node`: unique across the tree."""
     return parent_node + path.replace("/", ".")
@@ -88,6 +105,7 @@ class ProcessIncarnation(Incarnation):
         self.proc: asyncio.subprocess.Process | None = None
         self.url: str | None = None
         self._reported: str | None = None
+        self._killed = False
         self._watcher: asyncio.Task[None] | None = None
 
     @property
@@ -103,13 +121,19 @@ class ProcessIncarnation(Incarnation):
         return self.node_id
 
     def command(self) -> list[str]:
-        """The child's command line (the token travels in its environment)."""
+        """The child's command line (the token travels in its environment).
+
+        The child listens on its parent's interface and advertises its parent's address: it runs
+        on the same machine, so whoever reaches the parent reaches the child (on its own port).
+        """
         spec = orjson.dumps(dataclasses.asdict(self.spec)).decode()
         run_dir = str(self.context.run_dir) if self.context.run_dir else ""
+        parent = self.context.node
         return [
             sys.executable, "-m", "five_actors", "node",
             "--node-id", self.node_id, "--path", self.path, "--spec", spec,
-            "--parent", self.context.node.url, "--run-dir", run_dir, "--log-level", self.context.log_level,
+            "--parent", parent.url, "--run-dir", run_dir, "--log-level", self.context.log_level,
+            "--host", parent.config.host, "--advertise-host", urlsplit(parent.url).hostname or "",
         ]  # fmt: skip
 
     async def start(self) -> None:
@@ -174,6 +198,9 @@ class ProcessIncarnation(Incarnation):
         while await self._read_line() is not None:
             pass
         returncode = await self.proc.wait()
+        if self._reported is not None and returncode < 0 and not self._killed:
+            # It reported its exit, then a signal ended it while the interpreter shut down (an abort from C++, say).
+            log.warning("child_exit_unclean", child=self.spec.id, pid=self.proc.pid, reported=self._reported, exit=_exit_reason(returncode))
         self._exit(self._reported or _exit_reason(returncode))
 
     async def stop(self, timeout: float) -> str:
@@ -193,6 +220,7 @@ class ProcessIncarnation(Incarnation):
         return await asyncio.shield(self.exited)
 
     def kill(self) -> None:
+        self._killed = True
         if self.proc is not None and self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.kill()

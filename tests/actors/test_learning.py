@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -295,3 +298,32 @@ async def test_learners_publish_to_the_param_server_and_a_restarted_learner_cont
     again, _ = await start_learner(system, config, "/learner2", param_server="test/params")
     assert again.version == 2 and again.ppo.optimizer.state_dict()["state"]  # Adam's moments came back too
     assert same_state(await again.thread.run(lambda: state_arrays(again.policy)), published)
+
+
+STOP_WHILE_TRAINING = """
+import asyncio, time, torch
+from five_actors.actors.learner import _TorchThread
+
+def busy() -> None:
+    x = torch.randn(300, 300, requires_grad=True)
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        (x @ x).relu().sum().backward()
+
+async def main() -> None:
+    thread = _TorchThread("learner-test")
+    job = asyncio.ensure_future(thread.run(busy))
+    await asyncio.sleep(0.5)  # the job is inside torch now, as a training round is when a learner stops
+    job.cancel()
+    assert await thread.finish(30.0)
+
+asyncio.run(main())
+"""
+
+
+def test_a_learner_stopping_mid_round_lets_its_torch_thread_finish_before_the_process_exits() -> None:
+    # A daemon thread still inside torch at interpreter exit aborts the process from C++.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, "-c", STOP_WHILE_TRAINING], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "terminate called" not in done.stderr

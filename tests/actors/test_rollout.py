@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from five_actors.actors.game import GameActor
-from five_actors.actors.inference import InferenceActor
+from five_actors.actors.game import GameActor, row_versions
+from five_actors.actors.inference import LATEST, InferenceActor
 from five_actors.actors.messages import GetStats, InferRequest, PublishParams, Rollout
 from five_actors.actors.param_server import ParamServerActor
 from five_actors.actors.params import initial_policy, model_spec, state_arrays
@@ -184,7 +184,12 @@ async def test_a_request_of_another_arch_or_shape_is_refused_with_a_clear_error(
     assert (await ref.ask(good)).arch == spec.hash, "the actor goes on after refusing"
 
 
-async def test_past_opponents_play_team_one_and_only_latest_rows_are_shipped(system: ActorSystem) -> None:
+def test_row_versions_put_each_games_past_opponent_on_its_side() -> None:
+    versions = row_versions(np.array([LATEST, 5, 9]), np.array([1, 1, 0]), heroes=2)
+    assert versions.tolist() == [LATEST] * 4 + [LATEST, LATEST, 5, 5] + [9, 9, LATEST, LATEST]
+
+
+async def test_past_opponents_meet_the_latest_policy_on_both_sides_and_only_latest_rows_are_shipped(system: ActorSystem) -> None:
     config = tiny_config(past_opponent_share=1.0, pool_add_every=1)
     spec = model_spec(config)
     server = ParamServerActor(config=config)
@@ -196,13 +201,16 @@ async def test_past_opponents_play_team_one_and_only_latest_rows_are_shipped(sys
     system.spawn(inference, "/inference")
     learner = LearnerStandIn()
     system.spawn(learner, "/learner-0")
-    system.spawn(GameActor("test/inference", ["test/learner-0"], "test/params", config=config, seed=0), "/game-0")
+    game = GameActor("test/inference", ["test/learner-0"], "test/params", config=config, seed=0)
+    system.spawn(game, "/game-0")
     # The games last 40 steps; each ends with a MatchResult against a pool member.
     await until(lambda: server.counts["wins"] + server.counts["draws"] + server.counts["losses"] >= 2 * GAMES)
     await until(lambda: 1 in inference.past)
     heroes = config.game.heroes_per_side
-    # Team 1 always played a pool member: only team 0's rows are learned from.
+    # Every game had one team on a pool member: only the other team's rows are learned from.
     assert all(r.versions.tolist() == [2] * (GAMES * heroes) for r in learner.rollouts)
+    stats = game.stats()  # the latest policy met past opponents as team 0 in some games and as team 1 in others
+    assert stats["past_opponent_games_as_team0"] >= 1 and stats["past_opponent_games_as_team1"] >= 1
     # A new version is announced, fetched, and plays the latest rows.
     await server.ref.tell(publish(initial_policy(spec, 3), 3))
     await until(lambda: any(3 in r.versions.tolist() for r in learner.rollouts))

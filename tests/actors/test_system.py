@@ -109,6 +109,8 @@ def test_sigterm_stops_cleanly_logs_replay_and_resume_continues(run: Run, tmp_pa
     wait_until(lambda: _version(run.url) >= 1, timeout=START, what="training started")
     assert run.proc.terminate(timeout=120) == 0, run.proc.err
     assert "stopped cleanly" in run.proc.out
+    assert "terminate called" not in run.proc.err  # no child aborted at exit (the learner's torch thread is joined)
+    assert not log_events(run.run_dir, "child_exit_unclean")
     final = max(e["version"] for e in log_events(run.run_dir, "checkpoint_saved"))
     rounds = max(e["round"] for e in log_events(run.run_dir, "eval_result"))
     assert log_events(run.run_dir, "child_restarted") and log_events(run.run_dir, "training_progress")

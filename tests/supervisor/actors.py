@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from pathlib import Path
 
 from five_actors.runtime.actor import Actor, message
 
@@ -78,4 +79,6 @@ class EnvReporter(Actor):
             "pid": os.getpid(),
             "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "FIVE_ACTORS_DEVICE": os.environ.get("FIVE_ACTORS_DEVICE"),
+            "nice": os.getpriority(os.PRIO_PROCESS, 0),
+            "autogroup": Path("/proc/self/autogroup").read_text().strip() if Path("/proc/self/autogroup").exists() else None,
         }

@@ -36,7 +36,7 @@ def test_a_joined_host_runs_the_subtree_the_head_assigns(tmp_path: Path) -> None
         assert status == 503 and any("worker-host" in p for p in body["problems"])  # no host has joined yet
 
         join_args = ["join", f"ws://127.0.0.1:{port}", "--token-file", str(run_dir / "token"), "--name", "worker-host",
-                     "--run-dir", str(tmp_path / "host-run")]  # fmt: skip
+                     "--run-dir", str(tmp_path / "host-run"), "--host", "127.0.0.2"]  # fmt: skip
         host = Proc(join_args, tmp_path, "host")
         wait_until(lambda: get(f"{url}/health")[0] == 200, what="/health 200 once the host joined")
         view = wait_until(
@@ -47,6 +47,9 @@ def test_a_joined_host_runs_the_subtree_the_head_assigns(tmp_path: Path) -> None
         assert actor(view, "/root/worker-host/pinger")["pid"] != actor(view, "/root/ponger")["pid"]
         assert {n["node"] for n in view["nodes"]} == {"head", "worker-host"}
         assert [e["host"] for e in log_events(run_dir, "host_joined")] == ["worker-host"]
+        # The host listens on --host and advertises it: the head's link knows it at 127.0.0.2.
+        head_links = next(n["links"] for n in view["nodes"] if n["node"] == "head")
+        assert [link["url"].rsplit(":", 1)[0] for link in head_links if link["peer"] == "worker-host"] == ["ws://127.0.0.2"]
 
         # The host dies: the head sees its link go, and restarts the child once a host joins again.
         host.kill()

@@ -46,7 +46,7 @@ async def test_a_process_child_runs_a_pinned_subtree_in_its_own_node(head: Node)
     tree = {
         "children": [
             {"id": "local", "actor": REPORTER},
-            {"id": "gpu", "kind": "process", "device": "cuda:3", "strategy": "one_for_all",
+            {"id": "gpu", "kind": "process", "device": "cuda:3", "nice": 7, "strategy": "one_for_all",
              "children": [{"id": "a", "actor": REPORTER}, {"id": "b", "actor": REPORTER}]},
         ]
     }  # fmt: skip
@@ -65,6 +65,12 @@ async def test_a_process_child_runs_a_pinned_subtree_in_its_own_node(head: Node)
         status = actors[path]["status"]
         assert (status["pid"], status["CUDA_VISIBLE_DEVICES"], status["FIVE_ACTORS_DEVICE"]) == (child_pid, "3", "cuda:0")
     assert actors["/root/local"]["status"]["CUDA_VISIBLE_DEVICES"] != "3"
+    # The process child runs 7 steps below its parent, in its own scheduling group where Linux has them.
+    own_nice = os.getpriority(os.PRIO_PROCESS, 0)
+    assert actors["/root/gpu/a"]["status"]["nice"] == min(own_nice + 7, 19)
+    assert actors["/root/local"]["status"]["nice"] == own_nice
+    if actors["/root/gpu/a"]["status"]["autogroup"] is not None:
+        assert actors["/root/gpu/a"]["status"]["autogroup"].endswith("nice 7")
 
     assert await head.system.stop(root, 30.0) == "shutdown"
     with pytest.raises(ProcessLookupError):

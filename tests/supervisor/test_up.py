@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import signal
 import stat
 import subprocess
@@ -19,11 +21,11 @@ from tests.supervisor.cluster import REPO, Proc, actor, get, log_events, wait_un
 class Head:
     """A running `five-actors up` with its HTTP base URL, run dir and token."""
 
-    def __init__(self, proc: Proc, run_dir: Path) -> None:
+    def __init__(self, proc: Proc, run_dir: Path, host: str = "127.0.0.1") -> None:
         self.proc = proc
         self.run_dir = run_dir
-        port = proc.wait_for_output(r"serving http://127\.0\.0\.1:(\d+)").group(1)
-        self.url = f"http://127.0.0.1:{port}"
+        port = proc.wait_for_output(rf"serving http://{re.escape(host)}:(\d+)").group(1)
+        self.url = f"http://{host}:{port}"
         self.token = (run_dir / "token").read_text().strip()
 
     def view(self) -> dict:
@@ -173,3 +175,22 @@ def test_children_exit_when_the_head_is_killed(tmp_path: Path) -> None:
         return False
 
     wait_until(gone, what="the orphaned pinger process to exit")
+
+
+def test_process_children_listen_on_the_heads_interface_and_advertise_its_address(tmp_path: Path) -> None:
+    # 127.0.0.2 is loopback on Linux but not 127.0.0.1: a child still on 127.0.0.1 would be missed.
+    args = ["up", "--config", "conf/pingpong.toml", "--run-dir", str(tmp_path / "run"), "--port", "0", "--host", "127.0.0.2"]
+    proc = Proc(args, tmp_path, "up")
+    try:
+        head = Head(proc, tmp_path / "run", host="127.0.0.2")
+        view = wait_until(lambda: (v := head.view()) and actor(v, "/root/pinger")["state"] == "running" and v, what="the pinger running")
+        head_links = next(n["links"] for n in view["nodes"] if n["node"] == "head")
+        [url] = [link["url"] for link in head_links if link["peer"] == actor(view, "/root/pinger")["node"]]
+        host, port = url.removeprefix("ws://").rsplit(":", 1)
+        assert host == "127.0.0.2"  # what the child advertised in its hello
+        status, body = get(f"http://127.0.0.2:{port}/health")  # the child's own node answers there
+        assert status in (200, 503) and "status" in body
+        with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", int(port)), timeout=5):
+            pass
+    finally:
+        proc.kill()

@@ -14,6 +14,7 @@ a resumed run reads back.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ from five_actors.actors.ratings import Ratings, load_state, save_state
 from five_actors.config import Config
 from five_actors.errors import ConfigError, FiveActorsError
 from five_actors.game.bots import RandomBot, ScriptedBot
+from five_actors.game.config import GameConfig
 from five_actors.game.match import Bot
 from five_actors.model.policy import Policy
 from five_actors.runtime.actor import Actor
@@ -128,7 +130,7 @@ class EvalActor(Actor):
             return None
         me = f"v{latest.version}"
         opponents: list[tuple[str, Bot | Policy]] = [("random", RandomBot(seed=self.training.seed + self.rounds)),
-                                                     ("scripted", ScriptedBot(self.config.game))]  # fmt: skip
+                                                     ("scripted", ScriptedBot(self._game_for(policy)))]  # fmt: skip
         for version in self._past_versions(latest.version):
             params = await self._fetch(version)
             if params is None or params.arch != latest.arch:
@@ -156,6 +158,10 @@ class EvalActor(Actor):
                           opponent_trueskill=round(self.ratings.score(name), 3), round=self.rounds)  # fmt: skip
         self._save()
         return self.last
+
+    def _game_for(self, policy: Policy) -> GameConfig:
+        """The game the policy plays: after a live `game-version` surgery it reads another layout than the config's."""
+        return dataclasses.replace(self.config.game, version=policy.spec.obs.version)
 
     def _result(self, version: int, opponent: str, outcomes: list[GameOutcome]) -> dict[str, Any]:
         return {"version": version, "opponent": opponent, **summarize(outcomes)}

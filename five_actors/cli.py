@@ -60,6 +60,20 @@ def cmd_logs_summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_logs_eval(args: argparse.Namespace) -> int:
+    """`five-actors logs eval RUN_DIR`: the evaluation history of a run, as a table or JSON lines."""
+    from five_actors.actors.history import eval_history, history_text
+
+    rows = eval_history(Path(args.run_dir))
+    if not rows:
+        raise FiveActorsError(f"{args.run_dir}: no eval_result events (the EvalActor has not finished a round)")
+    if args.json:
+        sys.stdout.write("".join(orjson.dumps(row).decode() + "\n" for row in rows))
+    else:
+        sys.stdout.write(history_text(rows))
+    return 0
+
+
 def _time_arg(text: str) -> float:
     from five_actors.logreplay import parse_time
 
@@ -71,7 +85,7 @@ def _time_arg(text: str) -> float:
 
 def _add_logs_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     logs = commands.add_parser("logs", help="read a run's structured logs")
-    which = logs.add_subparsers(dest="logs_command", required=True, metavar="{replay,summary}")
+    which = logs.add_subparsers(dest="logs_command", required=True, metavar="{replay,summary,eval}")
     replay = which.add_parser("replay", help="print the logs of every node merged by time")
     summary = which.add_parser("summary", help="starts, crashes, restarts and last error per actor; counts per event")
     for sub in (replay, summary):
@@ -85,6 +99,10 @@ def _add_logs_parser(commands: argparse._SubParsersAction) -> None:  # type: ign
     replay.add_argument("--follow", "-f", action="store_true", help="keep printing new lines, like tail -f (Ctrl-C stops)")
     replay.set_defaults(func=cmd_logs_replay)
     summary.set_defaults(func=cmd_logs_summary)
+    evals = which.add_parser("eval", help="the EvalActor's rounds over time: win rates vs the bots, TrueSkill, env steps")
+    evals.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (its logs/ folder) or a folder of *.jsonl")
+    evals.add_argument("--json", action="store_true", help="one JSON object per round")
+    evals.set_defaults(func=cmd_logs_eval)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

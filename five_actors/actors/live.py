@@ -37,6 +37,8 @@ class TrainingLine:
         self.fallback = ProgressLine()
         self.log_every_s = log_every_s
         self._steps: dict[str, tuple[float, float]] = {}
+        self.env_steps = 0.0
+        """Env steps of every game actor since the run started, across their restarts (each restart counts from 0)."""
         self._last_log = 0.0
 
     def facts(self, view: dict[str, Any]) -> dict[str, Any] | None:
@@ -52,10 +54,12 @@ class TrainingLine:
             before = self._steps.get(game["path"])
             if before is not None and now > before[0] and steps >= before[1]:
                 env_rate += (steps - before[1]) / (now - before[0])
+            self.env_steps += steps - before[1] if before is not None and steps >= before[1] else steps
             self._steps[game["path"]] = (now, steps)
         trained = [_metrics(a) for a in learners if "staleness_mean" in _metrics(a)]
         facts: dict[str, Any] = {
             "version": _metrics(params[0]).get("version") if params else None,
+            "env_steps": int(self.env_steps),
             "env_steps_per_s": round(env_rate, 1),
             "samples_per_s": round(sum(float(m.get("samples_per_s", 0.0)) for m in map(_metrics, learners)), 1),
             "staleness": round(sum(m["staleness_mean"] for m in trained) / len(trained), 3) if trained else None,

@@ -37,9 +37,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from five_actors.actors.history import eval_history
 from five_actors.bench.running import UpProcess, running_metrics
 from five_actors.errors import FiveActorsError
-from five_actors.logreplay import LogFilter, find_log_dir, read_merged
 from five_actors.supervisor.health import problems
 
 LEARNING_SET: tuple[str, ...] = (
@@ -309,25 +309,5 @@ def _rate(readings: list[Reading], since: float) -> float | None:
 
 
 def _table(run_dir: Path, watch: Watch, started: float) -> list[dict[str, Any]]:
-    """One row per eval round, from the run's `eval_result` events (read once `up` has stopped and flushed them)."""
-    rounds: dict[int, dict[str, Any]] = {}
-    for record, _raw in read_merged(find_log_dir(run_dir), LogFilter(events=("eval_result",))):
-        row = rounds.setdefault(int(record["round"]), {"ts": float(record["ts"]), "version": int(record["version"])})
-        row["ts"] = max(row["ts"], float(record["ts"]))
-        row["trueskill"] = record["trueskill"]
-        if record["opponent"] in ("scripted", "random"):
-            row[record["opponent"]] = record
-    table = []
-    for number in sorted(rounds):
-        row = rounds[number]
-        scripted, random = row.get("scripted"), row.get("random")
-        table.append({
-            "minutes": round((row["ts"] - started) / 60.0, 2),
-            "env_steps": watch.env_steps_at(row["ts"]),
-            "version": row["version"],
-            "win_rate_scripted": None if scripted is None else scripted["win_rate"],
-            "ci_scripted": None if scripted is None else [scripted["ci_low"], scripted["ci_high"]],
-            "win_rate_random": None if random is None else random["win_rate"],
-            "trueskill": row["trueskill"],
-        })  # fmt: skip
-    return table
+    """One row per eval round (read once `up` has stopped and flushed its logs), env steps from this bench's readings."""
+    return eval_history(run_dir, started, watch.env_steps_at)

@@ -8,6 +8,7 @@ it all; `up --resume` continues the version counter and the ratings.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -119,6 +120,12 @@ def test_sigterm_stops_cleanly_logs_replay_and_resume_continues(run: Run, tmp_pa
     replay = subprocess.run([sys.executable, "-m", "five_actors", "logs", "replay", str(run.run_dir), "--event", "eval_result"],
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert replay.returncode == 0 and "eval_result" in replay.stdout and "opponent=scripted" in replay.stdout
+    history = subprocess.run([sys.executable, "-m", "five_actors", "logs", "eval", str(run.run_dir), "--json"],
+                             cwd=REPO, env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    rows = [json.loads(line) for line in history.stdout.splitlines()]
+    assert history.returncode == 0 and [r["round"] for r in rows] == list(range(1, rounds + 1)), history.stderr
+    assert all(0.0 <= r["win_rate_scripted"] <= 1.0 and isinstance(r["trueskill"], float) for r in rows)
+    assert rows[-1]["env_steps"] > 0 and rows[-1]["version"] >= rows[0]["version"]
 
     again = start(["--resume", str(run.run_dir)], tmp_path, "resume", run.run_dir)
     try:

@@ -1,0 +1,67 @@
+"""A run's evaluation history read back from its logs: one row per EvalActor round.
+
+Each round's `eval_result` events (one per opponent) give the version, the win rates against
+the scripted and random bots with their 95% intervals, and the TrueSkill score; the head's
+`training_progress` events (every 10 s) give the env steps played by then. `five-actors logs
+eval RUN_DIR` prints the rows as a table; the benchmarks report them as JSON.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from five_actors.logreplay import LogFilter, find_log_dir, read_merged
+
+
+def eval_history(run_dir: Path, started: float | None = None, env_steps_at: Callable[[float], int | None] | None = None) -> list[dict[str, Any]]:
+    """The rounds in time order. `started` (UNIX time) is minute 0, by default the first
+    training_progress event; `env_steps_at(ts)` overrides the env steps read from the logs."""
+    rounds: dict[int, dict[str, Any]] = {}
+    progress: list[tuple[float, int]] = []
+    for record, _raw in read_merged(find_log_dir(run_dir), LogFilter(events=("eval_result", "training_progress"))):
+        if record["event"] == "training_progress":
+            if "env_steps" in record:
+                progress.append((float(record["ts"]), int(record["env_steps"])))
+            started = float(record["ts"]) if started is None else started
+            continue
+        row = rounds.setdefault(int(record["round"]), {"ts": float(record["ts"]), "version": int(record["version"])})
+        row["ts"] = max(row["ts"], float(record["ts"]))
+        row["trueskill"] = record["trueskill"]
+        row[record["opponent"]] = record
+    times = [t for t, _ in progress]
+
+    def logged_steps(ts: float) -> int | None:
+        index = bisect.bisect_right(times, ts)
+        return progress[index - 1][1] if index else None
+
+    origin = started if started is not None else min((r["ts"] for r in rounds.values()), default=0.0)
+    table = []
+    for number in sorted(rounds):
+        row = rounds[number]
+        scripted, random = row.get("scripted"), row.get("random")
+        table.append({
+            "round": number,
+            "minutes": round((row["ts"] - origin) / 60.0, 2),
+            "env_steps": (env_steps_at or logged_steps)(row["ts"]),
+            "version": row["version"],
+            "win_rate_scripted": None if scripted is None else scripted["win_rate"],
+            "ci_scripted": None if scripted is None else [scripted["ci_low"], scripted["ci_high"]],
+            "win_rate_random": None if random is None else random["win_rate"],
+            "trueskill": row["trueskill"],
+        })  # fmt: skip
+    return table
+
+
+def history_text(rows: list[dict[str, Any]]) -> str:
+    """The rows as an aligned text table ('-' where a figure is unknown)."""
+    header = f"{'min':>7} {'env steps':>11} {'version':>8} {'vs scripted [95% CI]':>22} {'vs random':>10} {'TrueSkill':>10}"
+    lines = [header]
+    for row in rows:
+        steps = "-" if row["env_steps"] is None else f"{row['env_steps']:,}"
+        scripted = "-" if row["win_rate_scripted"] is None else f"{row['win_rate_scripted']:.2f} [{row['ci_scripted'][0]:.2f}, {row['ci_scripted'][1]:.2f}]"
+        random = "-" if row["win_rate_random"] is None else f"{row['win_rate_random']:.2f}"
+        lines.append(f"{row['minutes']:>7.1f} {steps:>11} {row['version']:>8} {scripted:>22} {random:>10} {row['trueskill']:>10.2f}")
+    return "\n".join(lines) + "\n"

@@ -39,7 +39,7 @@ import structlog
 import torch
 import torch.distributed as dist
 
-from five_actors.actors.buffer import ExperienceBuffer, Minibatch, check_rollout, to_chunks
+from five_actors.actors.buffer import ExperienceBuffer, Minibatch, check_rollout, convert_rollout, to_chunks
 from five_actors.actors.messages import GetParams, GetStats, Params, ParamsAvailable, PublishParams, Rollout, Subscribe
 from five_actors.actors.param_server import GetOptimizerState, OptimizerState, resolve_settings
 from five_actors.actors.params import initial_policy, load_optimizer, load_state, model_spec, optimizer_arrays, state_arrays
@@ -136,6 +136,8 @@ class LearnerActor(Actor):
         self.last: dict[str, float] = {}
         self._grouped = False
         self._adopting = False
+        self.previous_spec: ModelSpec | None = None
+        """The architecture a live surgery replaced: its chunks are converted, not refused."""
 
     # -- start ----------------------------------------------------------------------------
 
@@ -182,9 +184,9 @@ class LearnerActor(Actor):
             start = await self._starting_point(self.config)
             spec = ModelSpec.from_dict(start["spec"])
             old = self.arch
-            dropped = await self.thread.run(lambda: self._adopt(spec, start))  # after the round in flight, before the next
+            converted, dropped = await self.thread.run(lambda: self._adopt(spec, start))  # after the round in flight, before the next
             self.log.info("learner_arch_adopted", arch_from=old, arch_to=self.arch, version=self.version,
-                          optimizer_restored=bool(start["optimizer"]), chunks_dropped=dropped)  # fmt: skip
+                          optimizer_restored=bool(start["optimizer"]), chunks_converted=converted, chunks_dropped=dropped)  # fmt: skip
         finally:
             self._adopting = False
 
@@ -196,14 +198,15 @@ class LearnerActor(Actor):
         if start["optimizer"]:
             load_optimizer(self.ppo.optimizer, start["optimizer"])
 
-    def _adopt(self, spec: ModelSpec, start: dict[str, Any]) -> int:
+    def _adopt(self, spec: ModelSpec, start: dict[str, Any]) -> tuple[int, int]:
         """Switch to a new architecture on the torch thread, so no round sees old chunks with the new policy.
 
-        Returns how many never-used chunks of the old architecture were dropped."""
+        Returns (chunks converted, unused chunks dropped) of the old architecture's buffer."""
         self._build(spec, start)
-        self.spec, self.arch = spec, spec.hash
+        old = self.spec
+        self.spec, self.arch, self.previous_spec = spec, spec.hash, old
         self.version, self.base_steps = start["version"], start["learner_steps"] - self.steps
-        return self.buffer.clear()
+        return self.buffer.convert(old, spec)
 
     def _join_group(self) -> None:
         host = self._master[0] or self.training.rendezvous_host
@@ -265,9 +268,15 @@ class LearnerActor(Actor):
     # -- chunks ---------------------------------------------------------------------------
 
     async def on_rollout(self, msg: Rollout) -> None:
-        spec = self.spec
+        spec, previous = self.spec, self.previous_spec
+        converted = previous is not None and msg.arch == previous.hash
         try:
-            batch = check_rollout(msg, spec, self.training.rollout_chunk_steps)
+            if converted:
+                assert previous is not None
+                batch = check_rollout(msg, previous, self.training.rollout_chunk_steps)
+                msg = convert_rollout(msg, previous, spec)
+            else:
+                batch = check_rollout(msg, spec, self.training.rollout_chunk_steps)
             if spec is not self.spec:  # the torch thread switched architecture meanwhile (_adopt)
                 raise TrainingError(f"rollout of architecture {msg.arch!r} arrived during a switch to {self.arch!r}")
         except TrainingError as exc:
@@ -275,7 +284,7 @@ class LearnerActor(Actor):
             self.buffer.refused(batch)
             self.log.warning("rollout_refused", source=msg.source, reason=str(exc), refused=self.buffer.counters.refused)
             return
-        self.buffer.add(msg, batch)
+        self.buffer.add(msg, batch, converted)
 
     # -- training -------------------------------------------------------------------------
 
@@ -406,18 +415,12 @@ class LearnerActor(Actor):
         }
 
     def _buffer_stats(self) -> dict[str, Any]:
-        """The experience buffer's reuse, throughput and chunk counts."""
-        counters = self.buffer.counters
+        """The experience buffer's reuse, throughput and chunk accounting."""
         return {
             "sample_reuse": round(self.buffer.reuse(), 4),
             "samples_per_s": round(self.buffer.consumed_per_s(), 1),
             "buffer_chunks": len(self.buffer),
-            "chunks_received": counters.received,
-            "chunks_refused": counters.refused,
-            "chunks_dropped_stale": counters.dropped_stale,
-            "chunks_evicted_unused": counters.evicted_unused,
-            "chunks_dropped_arch": counters.dropped_arch,
-            "chunks_consumed": counters.consumed,
+            **self.buffer.accounting(),
             "skipped_updates": self.skipped,
         }
 

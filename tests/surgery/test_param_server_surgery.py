@@ -74,3 +74,23 @@ async def test_a_live_widen_lstm_operates_latest_and_pool_and_announces_the_new_
     stats = await ref.ask(GetStats())
     assert stats["arch"] == report["changes"]["architecture"]["to"] and stats["version"] == 3
     assert (await ref.ask(GetParams(2))).spec["lstm_size"] == 48
+
+
+async def test_publishes_are_kept_while_the_pool_is_operated_and_the_newest_is_operated_last(system: ActorSystem, tmp_path: Path) -> None:
+    config = load_config("smoke")
+    server = ParamServerActor(config=config, run_dir=str(tmp_path))
+    ref = system.spawn(server, "/params")
+    assert await system.wait_started(ref) is None
+    base = state_arrays(initial_policy(server.spec, 1))
+    for version in range(1, 7):  # versions 2, 4 and 6 join the pool
+        await ref.tell(PublishParams(version, server.arch, server.spec.to_dict(), base, learner_steps=version))
+    surgery = asyncio.ensure_future(ref.ask(Surgery(["widen-lstm", "48"], probe_steps=16), timeout=120))
+    await asyncio.sleep(0)
+    # Arrives while the probes are recorded: training has not paused yet, so the version is kept and operated.
+    await ref.tell(PublishParams(7, server.arch, server.spec.to_dict(), base, learner_steps=7))
+    report = await surgery
+    assert (report["version_from"], report["version_to"]) == (7, 8)
+    assert report["versions_operated"] == [2, 4, 6, 7]
+    assert 0.0 <= report["pause_seconds"] < report["seconds"]
+    stats = await ref.ask(GetStats())
+    assert stats["refused"] == 0 and stats["published"] == 7 and stats["version"] == 8

@@ -166,16 +166,15 @@ class GameActor(Actor):
     # -- playing --------------------------------------------------------------------------
 
     async def _play(self) -> None:
-        game = self.game
         # The first game calls of a process may compile numba kernels for many seconds: they run
         # off the event loop, as links need their heartbeats meanwhile. Later steps take about a
         # millisecond, less than a thread hand-off costs on a busy machine.
-        obs, masks = await asyncio.to_thread(game.reset, self.seed)
-        rows, lstm = game.num_rows, self.spec.lstm_size
+        obs, masks = await asyncio.to_thread(self.game.reset, self.seed)
+        rows, lstm = self.game.num_rows, self.spec.lstm_size
         h = np.zeros((rows, lstm), np.float32)
         c = np.zeros((rows, lstm), np.float32)
         starts = np.ones(rows, np.bool_)
-        for g in range(game.num_games):
+        for g in range(self.game.num_games):
             await self._pick_opponent(g)
         while True:
             if self.announced_arch is not None and self._at_chunk_boundary():
@@ -192,6 +191,7 @@ class GameActor(Actor):
                 continue
             actions = np.array(reply.actions)  # writable: a read-only array would make numba compile the kernel again
             self._count_annealed(actions)
+            game = self.game  # rebuilt by a surgery to another game version
             step = await asyncio.to_thread(game.step, actions) if self.batch_steps == 0 else game.step(actions)
             self.buffer.append(_StepRecord(
                 model_obs, model_masks, h, c, actions, np.asarray(reply.logp), np.asarray(reply.value),

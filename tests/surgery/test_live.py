@@ -72,7 +72,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     sets = [word for key, value in settings.items() for word in ("--set", f"training.{key}={value}")]
     proc = Proc(["up", "--port", "0", "--config", "smoke", "--run-dir", str(run_dir), *sets], where, "up")
     try:
-        port = proc.wait_for_output(r"serving http://127\.0\.0\.1:(\d+)", timeout=60).group(1)
+        port = proc.wait_for_output(r"serving http://127\.0\.0\.1:(\d+)", timeout=START).group(1)
         running = Run(proc, f"http://127.0.0.1:{port}", run_dir)
         wait_until(lambda: running.version() >= 2, timeout=START, what="training under way")
         yield running

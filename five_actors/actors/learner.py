@@ -18,8 +18,14 @@ Each round, on a thread of its own so Rollouts keep arriving:
 5. every `publish_every` steps the version advances; rank 0 sends PublishParams (and, every
    `checkpoint_every` versions, OptimizerState) to the ParamServer.
 
+A live surgery (ParamsAvailable of a new architecture): a one-rank group fetches the operated
+parameters and moments and rebuilds between two rounds; chunks of the replaced architecture,
+buffered or arriving later, are converted to the new one (five_actors.actors.buffer); a group
+of several ranks stops and is restarted by its supervisor. Every chunk is counted by its fate
+(ExperienceBuffer.accounting, in GetStats and /actors).
+
 Events: learner_started, train_step (losses, staleness, reuse, samples/s, allreduce time),
-update_skipped, rollout_refused.
+update_skipped, rollout_refused, learner_arch_adopted.
 """
 
 from __future__ import annotations

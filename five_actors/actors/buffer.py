@@ -1,8 +1,11 @@
 """A learner's experience buffer: Rollout chunks checked on arrival, sampled into minibatches.
 
 Each chunk remembers the policy version that played it and how often it has been trained on.
-Every chunk that never reaches an optimizer step is counted by why: refused (wrong
-architecture or shapes), dropped as too stale, or evicted unused from a full buffer.
+Every chunk that arrives is, at any moment, exactly one of: refused (wrong architecture or
+shapes), trained on (at least once), dropped as too stale, dropped by an architecture change,
+evicted unused from a full buffer, or waiting in the buffer (`Accounting`). Chunks of the
+architecture a live surgery replaced are converted to the new one (`convert_rollout`) rather
+than refused: the surgery preserved what the policy does, so they stay on-policy.
 Sample reuse is samples consumed / samples produced over the last `window_s` seconds.
 
 The buffer is shared by the actor's event loop (which adds chunks) and its training thread
@@ -11,6 +14,7 @@ The buffer is shared by the actor's event loop (which adds chunks) and its train
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import deque
@@ -20,9 +24,10 @@ import numpy as np
 import torch
 
 from five_actors.actors.messages import Rollout
-from five_actors.errors import TrainingError
+from five_actors.errors import FiveActorsError, TrainingError
 from five_actors.model.ppo import Chunks
 from five_actors.model.spec import ModelSpec
+from five_actors.surgery.verify import project_masks, project_obs
 
 TIME_MAJOR = ("obs", "actions", "logp", "values", "rewards", "dones", "starts", "advantages", "returns")
 """Rollout fields shaped [T, B, ...]."""
@@ -47,7 +52,11 @@ class Counters:
     dropped_stale: int = 0
     evicted_unused: int = 0
     dropped_arch: int = 0
-    """Never-used chunks dropped because a surgery changed the architecture."""
+    """Never-used chunks dropped because a surgery changed the architecture and they could not be converted."""
+    converted: int = 0
+    """Chunks of a replaced architecture converted to the new one (on arrival, or in the buffer at the switch)."""
+    trained: int = 0
+    """Chunks trained on at least once."""
     consumed: int = 0
     """Chunk uses by optimizer steps (a chunk trained on twice counts twice)."""
 
@@ -59,6 +68,31 @@ class Minibatch:
     chunks: list[Chunk]
     staleness: list[int]
     fresh: list[bool] = field(default_factory=list)
+
+
+def convert_arrays(obs: np.ndarray, masks: dict[str, np.ndarray], h: np.ndarray, c: np.ndarray, old: ModelSpec,
+                   new: ModelSpec) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """Chunk arrays of architecture `old` in `new`'s layout: features and action types by name (new ones 0 and
+    masked off), LSTM state padded with zeros for new units (as the game side does at the switch).
+
+    Exact for the surgery's function-preserving operations: `new` acts on them as `old` did.
+    Refused (TrainingError) when `new` lacks something `old` has (surgery never removes)."""
+    try:
+        obs = project_obs(obs, old.obs, new.obs) if old.obs != new.obs else obs
+        masks = project_masks(masks, old.actions, new.actions) if old.actions != new.actions else masks
+    except FiveActorsError as exc:
+        raise TrainingError(f"chunks of architecture {old.hash} cannot be converted to {new.hash}: {exc}") from None
+    width = new.lstm_size - old.lstm_size
+    if width < 0:
+        raise TrainingError(f"chunks with an LSTM of {old.lstm_size} cannot be converted to one of {new.lstm_size}")
+    pad = [(0, 0)] * (h.ndim - 1) + [(0, width)]
+    return obs, masks, np.pad(h, pad), np.pad(c, pad)
+
+
+def convert_rollout(msg: Rollout, old: ModelSpec, new: ModelSpec) -> Rollout:
+    """A checked Rollout of architecture `old` as one of `new` (see convert_arrays)."""
+    obs, masks, h, c = convert_arrays(msg.obs, msg.masks, msg.h, msg.c, old, new)
+    return dataclasses.replace(msg, arch=new.hash, obs=obs, masks=masks, h=h, c=c)
 
 
 def check_rollout(msg: Rollout, spec: ModelSpec, chunk_steps: int) -> int:
@@ -121,8 +155,9 @@ class ExperienceBuffer:
     def __len__(self) -> int:
         return len(self.chunks)
 
-    def add(self, msg: Rollout, batch: int) -> None:
-        """Split a checked Rollout into its B chunks and append them, evicting the oldest when full."""
+    def add(self, msg: Rollout, batch: int, converted: bool = False) -> None:
+        """Split a checked Rollout into its B chunks and append them, evicting the oldest when full;
+        `converted`: the Rollout was converted from a replaced architecture (counted)."""
         now = time.monotonic()
         with self._lock:
             for b in range(batch):
@@ -132,15 +167,44 @@ class ExperienceBuffer:
                 if len(self.chunks) > self.capacity and self.chunks.popleft().uses == 0:
                     self.counters.evicted_unused += 1
             self.counters.received += batch
+            self.counters.converted += batch if converted else 0
             self._produced.append((now, batch))
 
-    def clear(self) -> int:
-        """Drop every chunk (a surgery changed the architecture); returns how many were never trained on."""
+    def convert(self, old: ModelSpec, new: ModelSpec) -> tuple[int, int]:
+        """A surgery replaced `old` by `new`: convert every chunk still waiting, drop the used ones (they
+        have done their work) or all of them when they cannot be converted.
+
+        Returns (converted, dropped unused)."""
         with self._lock:
-            unused = sum(1 for c in self.chunks if c.uses == 0)
+            waiting = [c for c in self.chunks if c.uses == 0]
             self.chunks.clear()
-            self.counters.dropped_arch += unused
-            return unused
+            try:
+                for chunk in waiting:
+                    arrays = chunk.arrays
+                    arrays["obs"], chunk.masks, arrays["h"], arrays["c"] = convert_arrays(arrays["obs"], chunk.masks, arrays["h"], arrays["c"], old, new)
+            except TrainingError:
+                self.counters.dropped_arch += len(waiting)
+                return 0, len(waiting)
+            self.chunks.extend(waiting)
+            self.counters.converted += len(waiting)
+            return len(waiting), 0
+
+    def accounting(self) -> dict[str, int]:
+        """Every chunk that arrived, by fate, read at one instant (refused chunks are not received):
+        received == trained + dropped_stale + dropped_arch + evicted_unused + waiting."""
+        with self._lock:
+            counters = self.counters
+            return {
+                "chunks_received": counters.received,
+                "chunks_refused": counters.refused,
+                "chunks_trained": counters.trained,
+                "chunks_dropped_stale": counters.dropped_stale,
+                "chunks_dropped_arch": counters.dropped_arch,
+                "chunks_evicted_unused": counters.evicted_unused,
+                "chunks_waiting": sum(1 for c in self.chunks if c.uses == 0),
+                "chunks_converted": counters.converted,
+                "chunks_consumed": counters.consumed,
+            }
 
     def refused(self, batch: int) -> None:
         """Count `batch` chunks refused on arrival."""
@@ -191,6 +255,7 @@ class ExperienceBuffer:
             fresh = [c.uses == 0 for c in picked]
             for c in picked:
                 c.uses += 1
+            self.counters.trained += sum(fresh)
             self.counters.consumed += count
             self._consumed.append((time.monotonic(), count))
         return Minibatch(picked, [version - c.version for c in picked], fresh)

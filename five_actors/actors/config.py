@@ -66,6 +66,10 @@ class TrainingConfig:
     """Games per opponent in one evaluation round."""
     eval_past_versions: int = 2
     """Frozen past versions the EvalActor also plays in each round (besides the random and scripted bots)."""
+    surgery_anneal_versions: int = 100
+    """Parameter versions over which a live surgery's added action types and new game version grow from 0 to all games."""
+    surgery_revert_trueskill: float = 5.0
+    """A change being annealed in goes back to share 0 when the latest version's TrueSkill falls this far below its value at the surgery."""
     rendezvous_host: str = "127.0.0.1"
     """Host of the learners' torch.distributed rendezvous (learner rank 0's host)."""
     rendezvous_port: int = 0
@@ -74,12 +78,12 @@ class TrainingConfig:
     def __post_init__(self) -> None:
         at_least_one = ("games_per_actor", "rollout_chunk_steps", "inference_batch_rows", "inference_cache_versions", "buffer_chunks",
                         "minibatch_chunks", "publish_every", "checkpoint_every", "keep_checkpoints", "pool_add_every", "eval_games",
-                        "pool_max_versions")  # fmt: skip
+                        "pool_max_versions", "surgery_anneal_versions")  # fmt: skip
         for name in at_least_one:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("gae_window", "max_staleness", "eval_past_versions", "inference_deadline_ms", "inference_torch_threads",
-                     "learner_torch_threads"):
+                     "learner_torch_threads", "surgery_revert_trueskill"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.past_opponent_share <= 1.0:

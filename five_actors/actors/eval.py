@@ -8,7 +8,8 @@ it evaluated before. Ratings follow the paper's TrueSkill settings with the rand
 as the scale's zero (five_actors.actors.ratings). Each round logs one `eval_result` event per
 opponent (win rate with its 95% Wilson interval, TrueSkill), records the first game against
 the scripted bot to RUN_DIR/replays/, and saves the ratings to RUN_DIR/eval/ratings.json, which
-a resumed run reads back.
+a resumed run reads back. Each round's TrueSkill goes to the ParamServer (EvalRating), which
+reverts a live surgery's change being annealed in when it falls too far.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 import structlog
 
 from five_actors.actors.inference import policy_from_params
-from five_actors.actors.messages import GetParams, GetStats, Params
+from five_actors.actors.messages import EvalRating, GetParams, GetStats, Params
 from five_actors.actors.play import GameOutcome, play_round, summarize
 from five_actors.actors.ratings import Ratings, load_state, save_state
 from five_actors.config import Config
@@ -157,6 +158,11 @@ class EvalActor(Actor):
             self.log.info("eval_result", **result, trueskill=self.last["trueskill"], trueskill_sigma=self.last["trueskill_sigma"],
                           opponent_trueskill=round(self.ratings.score(name), 3), round=self.rounds)  # fmt: skip
         self._save()
+        try:
+            # The ParamServer watches TrueSkill while a live surgery's changes are annealed in (and reverts them).
+            await self.system.ref(self.params).tell(EvalRating(latest.version, self.last["trueskill"]), sender=self.ref)
+        except FiveActorsError as exc:
+            self.log.info("rating_not_told", version=latest.version, reason=str(exc))
         return self.last
 
     def _game_for(self, policy: Policy) -> GameConfig:

@@ -13,6 +13,23 @@ plus window and the chunk ships as one Rollout to the next learner (round-robin)
 waiting for games to end. A row whose policy changed inside a chunk (its game ended and the
 next one is against a past version) is left out of that chunk and counted.
 
+A live surgery (a new architecture, announced by the ParamServer's ParamsAvailable) is taken at
+a chunk boundary: the actor plays on under the old architecture (the inference actor keeps its
+last policy for this) until every buffered step fits in whole chunks, ships them (the last ones
+with a shorter GAE window), then switches: new LSTM units start at 0, observations and masks
+are read into the new layout by name. Should the inference actor refuse the old architecture
+first (it restarted), the whole chunks buffered ship at once and the rest of the steps are
+dropped (`steps_dropped_arch`).
+
+Annealing: each ParamsAvailable carries the share of games in which each change of a live
+surgery is in use (five_actors.surgery.anneal): an added action type is legal only in the first
+share of this actor's games; outside the `game_version` share a game is seen as the version
+before (its newer features read 0, its newer action types are masked). The masks and
+observations shipped in chunks are the ones the policy acted on.
+
+Accounting: every chunk made (one row's `rollout_chunk_steps` steps, `chunks_made`) is either
+sent to a learner (`chunks_sent`) or lost (`chunks_lost`: no learner up, or the send failed).
+
 Faults: an InferRequest that fails (the inference actor died or timed out) is retried, on the
 next inference actor when there are several, else on the same address once it is back; each
 failure counts as a lost step. A chunk whose learner is down is counted as lost.
@@ -32,14 +49,16 @@ import torch
 
 from five_actors.actors.inference import LATEST, actor_config
 from five_actors.actors.messages import (
-    GetParams, GetStats, InferReply, InferRequest, MatchResult, Opponent, OpponentRequest, Rollout,
+    GetParams, GetStats, InferReply, InferRequest, MatchResult, Opponent, OpponentRequest, ParamsAvailable, Rollout, Subscribe,
 )
 from five_actors.config import Config
 from five_actors.errors import ActorDown, AskTimeout, FiveActorsError, ModelError, RemoteError
 from five_actors.game.env import LaneGame
+from five_actors.game.spec import action_spec, obs_spec
 from five_actors.model.ppo import gae
 from five_actors.model.spec import ModelSpec
 from five_actors.runtime.actor import Actor
+from five_actors.surgery.anneal import GAME_VERSION, apply_anneal, apply_game_version, games_allowed
 from five_actors.surgery.verify import project_masks, project_obs
 
 log = structlog.get_logger("five_actors.game_actor")
@@ -98,6 +117,7 @@ class GameActor(Actor):
         self.batch_steps = 0
         self.env_steps = 0
         self.rollouts_sent = 0
+        self.chunks_made = 0
         self.chunks_sent = 0
         self.chunks_lost = 0
         self.chunks_partial = 0
@@ -112,6 +132,12 @@ class GameActor(Actor):
         self.match_results = 0
         self.reward_totals: dict[str, float] = {}
         self.buffer: list[_StepRecord] = []
+        self.announced_arch: str | None = None
+        """The architecture the ParamServer announced, while it differs from the one played."""
+        self.anneal: dict[str, float] = {}
+        """The share of games in which each change of a live surgery is in use (the latest announcement's)."""
+        self.annealed_taken: dict[str, int] = {}
+        """Times each annealed action type was chosen."""
         # Learners count as up until a watch says otherwise, so the first chunks are not lost
         # while the first watches are being set up.
         self.learner_up = {address: True for address in self.learner_addresses}
@@ -140,23 +166,28 @@ class GameActor(Actor):
         self._next_inference = zlib.crc32(self.ref.path.encode()) % len(self.inference_addresses)
         for address in self.learner_addresses:
             self.spawn_task(self._watch_learner(address), f"game:watch:{address}")
+        self.spawn_task(self._subscribe(), "game:subscribe")
         self.spawn_task(self._play(), "game:play")
 
     # -- playing --------------------------------------------------------------------------
 
     async def _play(self) -> None:
-        game = self.game
         # The first game calls of a process may compile numba kernels for many seconds: they run
         # off the event loop, as links need their heartbeats meanwhile. Later steps take about a
         # millisecond, less than a thread hand-off costs on a busy machine.
-        obs, masks = await asyncio.to_thread(game.reset, self.seed)
-        rows, lstm = game.num_rows, self.spec.lstm_size
+        obs, masks = await asyncio.to_thread(self.game.reset, self.seed)
+        rows, lstm = self.game.num_rows, self.spec.lstm_size
         h = np.zeros((rows, lstm), np.float32)
         c = np.zeros((rows, lstm), np.float32)
         starts = np.ones(rows, np.bool_)
-        for g in range(game.num_games):
+        for g in range(self.game.num_games):
             await self._pick_opponent(g)
         while True:
+            if self.announced_arch is not None and self._at_chunk_boundary():
+                self.announced_arch = None
+                spec = await self._latest_spec()
+                if spec is not None and spec.hash != self.arch:
+                    obs, masks, h, c, starts = await self._switch_arch(spec, obs, masks, h, c, starts)
             latest = self._row_versions() == LATEST
             model_obs, model_masks = self._model_inputs(obs, masks)
             try:
@@ -165,6 +196,8 @@ class GameActor(Actor):
                 obs, masks, h, c, starts = await self._switch_arch(change.spec, obs, masks, h, c, starts)
                 continue
             actions = np.array(reply.actions)  # writable: a read-only array would make numba compile the kernel again
+            self._count_annealed(actions)
+            game = self.game  # rebuilt by a surgery to another game version
             step = await asyncio.to_thread(game.step, actions) if self.batch_steps == 0 else game.step(actions)
             self.buffer.append(_StepRecord(
                 model_obs, model_masks, h, c, actions, np.asarray(reply.logp), np.asarray(reply.value),
@@ -232,8 +265,10 @@ class GameActor(Actor):
             except RemoteError as exc:
                 self.infer_refused += 1
                 self.log.warning("infer_refused", inference=address, error=str(exc))
-                if "arch" in exc.message:
-                    await self._follow_arch()
+                if "InferRequest for arch" in exc.message:  # the inference actor holds another architecture
+                    spec = await self._latest_spec()
+                    if spec is not None and spec.hash != self.arch:
+                        raise _ArchChanged(spec) from None
                 # A past version the inference actor cannot load: play those games against the latest.
                 if "version" in exc.message and np.any(self.opponents != LATEST):
                     self.opponents[:] = LATEST
@@ -248,29 +283,74 @@ class GameActor(Actor):
 
     # -- a live surgery's hand-over -------------------------------------------------------
 
-    async def _follow_arch(self) -> None:
-        """After an arch refusal: raise _ArchChanged when the ParamServer's latest is of another architecture."""
+    async def _subscribe(self) -> None:
+        """Hear the ParamServer's announcements (ParamsAvailable); subscribe again after it restarts."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                await self.params.tell(Subscribe(self.ref.address), sender=self.ref)
+            except FiveActorsError as exc:
+                self.log.info("params_unavailable", error=str(exc))
+                await asyncio.sleep(1.0)
+                continue
+            gone: asyncio.Future[str] = loop.create_future()
+            unwatch = self.system.watch_address(self.params_address, lambda reason, f=gone: f.done() or f.set_result(reason))
+            try:
+                await gone
+            finally:
+                unwatch()
+            await asyncio.sleep(0.5)
+
+    async def on_params_available(self, msg: ParamsAvailable) -> None:
+        self.announced_arch = msg.arch if msg.arch != self.arch else None
+        anneal = {str(k): float(v) for k, v in dict(msg.anneal).items()}
+        if anneal != self.anneal:
+            self.log.info("anneal_shares", version=msg.version, shares=anneal)
+        self.anneal = anneal
+
+    def _at_chunk_boundary(self) -> bool:
+        """Every buffered step ships in whole chunks, each with a step after it for the bootstrap value (or none is buffered)."""
+        return not self.buffer or (len(self.buffer) - 1) % self.training.rollout_chunk_steps == 0
+
+    async def _latest_spec(self) -> ModelSpec | None:
+        """The architecture of the ParamServer's latest version (None when it does not answer)."""
         try:
             params = await self.params.ask(GetParams(-1), timeout=10.0)
         except FiveActorsError as exc:
             self.log.warning("arch_check_failed", error=str(exc))
-            return
-        if params.arch != self.arch:
-            raise _ArchChanged(ModelSpec.from_dict(params.spec))
+            return None
+        return ModelSpec.from_dict(params.spec)
 
     def _model_inputs(self, obs: np.ndarray, masks: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """The game's observation and masks in the model's layout (they differ after add-observation or add-action)."""
+        """The game's observation and masks in the model's layout (they differ after add-observation or add-action),
+        with the anneal shares applied."""
+        game_of_row = np.arange(self.game.num_rows) // self.per_game
+        num_games = self.game.num_games
+        version = self.game.version
+        if GAME_VERSION in self.anneal and version > 1:
+            outside = np.flatnonzero(game_of_row >= games_allowed(self.anneal[GAME_VERSION], num_games))
+            older = (obs_spec(version - 1, self.game.config), action_spec(version - 1, self.game.config))
+            obs, masks = apply_game_version(obs, masks, outside, (self.game.obs_spec, self.game.action_spec), older)
         if self.spec.obs != self.game.obs_spec:
             obs = project_obs(obs, self.game.obs_spec, self.spec.obs)
         if self.spec.actions != self.game.action_spec:
             masks = project_masks(masks, self.game.action_spec, self.spec.actions)
+        types = self.spec.actions.types
+        annealed = {name: share for name, share in self.anneal.items() if name in types}
+        if annealed:
+            masks = {**masks, "type": apply_anneal(masks["type"].copy(), types, annealed, game_of_row, num_games)}
         return obs, masks
 
+    def _count_annealed(self, actions: np.ndarray) -> None:
+        types = self.spec.actions.types
+        for name in self.anneal:
+            if name in types:
+                self.annealed_taken[name] = self.annealed_taken.get(name, 0) + int((actions[:, 0] == types.index(name)).sum())
+
     async def _switch_arch(self, spec: ModelSpec, obs: np.ndarray, masks: dict[str, np.ndarray], h: np.ndarray, c: np.ndarray, starts: np.ndarray) -> tuple[Any, ...]:
-        """Play on with the new architecture: buffered steps of the old one are dropped (never shipped), new LSTM
-        units start at 0; a new game version restarts the games in a rebuilt lane game."""
-        self.steps_dropped_arch += len(self.buffer)
-        self.buffer.clear()
+        """Play on with the new architecture: the whole chunks buffered ship under the old one, the steps left
+        are dropped; new LSTM units start at 0; a new game version restarts the games in a rebuilt lane game."""
+        await self._flush()
         old, self.spec, self.arch = self.arch, spec, spec.hash
         self.arch_switches += 1
         if spec.obs.version != self.game.config.version:
@@ -296,9 +376,20 @@ class GameActor(Actor):
 
     async def _ship_ready(self) -> None:
         """Ship the oldest chunk once its GAE window and bootstrap value are in the buffer."""
-        steps, window = self.training.rollout_chunk_steps, self.training.gae_window
-        if len(self.buffer) < steps + window + 1:
-            return
+        if len(self.buffer) >= self.training.rollout_chunk_steps + self.training.gae_window + 1:
+            await self._ship_oldest(self.training.gae_window)
+
+    async def _flush(self) -> None:
+        """Ship every whole chunk buffered, each with what it has of its GAE window; drop the steps left."""
+        steps = self.training.rollout_chunk_steps
+        while len(self.buffer) > steps:
+            await self._ship_oldest(min(self.training.gae_window, len(self.buffer) - steps - 1))
+        self.steps_dropped_arch += len(self.buffer)
+        self.buffer.clear()
+
+    async def _ship_oldest(self, window: int) -> None:
+        """Ship the oldest chunk with GAE over it and `window` more steps, bootstrapped from the value of the step after."""
+        steps = self.training.rollout_chunk_steps
         chunk, span, bootstrap = self.buffer[:steps], self.buffer[: steps + window], self.buffer[steps + window]
         del self.buffer[:steps]
         whole = np.logical_and.reduce([s.latest for s in chunk])
@@ -306,6 +397,7 @@ class GameActor(Actor):
         rows = np.flatnonzero(whole)
         if not len(rows):
             return
+        self.chunks_made += len(rows)
         rollout = self._rollout(chunk, span, bootstrap, rows)
         self._log_chunk(chunk, rows)
         await self._send(rollout)
@@ -404,6 +496,7 @@ class GameActor(Actor):
             "env_steps_per_s": self.env_steps / elapsed,
             "batch_steps": self.batch_steps,
             "rollouts_sent": self.rollouts_sent,
+            "chunks_made": self.chunks_made,
             "chunks_sent": self.chunks_sent,
             "chunks_lost": self.chunks_lost,
             "chunks_partial": self.chunks_partial,
@@ -418,12 +511,16 @@ class GameActor(Actor):
             "past_opponent_games_as_team1": self.past_games_by_side[1],
             "match_results": self.match_results,
             "rewards": dict(self.reward_totals),
+            "anneal": dict(self.anneal),
+            "annealed_taken": dict(self.annealed_taken),
         }
 
     def status(self) -> dict[str, Any]:
         stats = self.stats()
         metrics = {f"game_{k}": v for k, v in stats.items() if isinstance(v, (int, float))}
         metrics.update({f"game_reward_{k}": v for k, v in self.reward_totals.items()})
+        metrics.update({f"game_anneal_share_{k}": v for k, v in self.anneal.items()})
+        metrics.update({f"game_annealed_taken_{k}": v for k, v in self.annealed_taken.items()})
         return {"progress": {"env_steps": self.env_steps, "chunks": self.chunks_sent}, "metrics": metrics}
 
 

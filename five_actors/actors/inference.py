@@ -8,6 +8,10 @@ latest parameters (the ParamServer tells a ParamsAvailable on each new version, 
 fetched with GetParams) or a past version from an LRU cache, fetched on demand. The actor
 keeps no per-game state (the LSTM state travels in the request), so a restarted one loses
 nothing.
+
+After a live surgery (a new architecture) the last policy of the replaced one is kept, and
+requests of that architecture are still answered with it (every row, opponents included,
+plays that policy): game actors finish the chunk in progress before they switch.
 """
 
 from __future__ import annotations
@@ -69,6 +73,15 @@ def policy_from_params(params: Params, device: str) -> Policy:
 
 
 @dataclass
+class _Replaced:
+    """The last policy of the architecture a live surgery replaced."""
+
+    arch: str
+    version: int
+    policy: Policy
+
+
+@dataclass
 class _Pending:
     """A queued request and the future its deferred reply waits on."""
 
@@ -91,6 +104,9 @@ class InferenceActor(Actor):
         self.spec: ModelSpec | None = None
         self.policy: Policy | None = None
         self.past: OrderedDict[int, Policy] = OrderedDict()
+        self.replaced: _Replaced | None = None
+        self.replaced_rows = 0
+        """Rows answered with the replaced architecture's policy (game actors finishing a chunk)."""
         self.pending: deque[_Pending] = deque()
         self.pending_rows = 0
         self._wake = asyncio.Event()
@@ -188,6 +204,8 @@ class InferenceActor(Actor):
             # Past versions of another architecture cannot play this one's rows, and after a
             # ParamServer restored an older checkpoint the cached ones may be gone or different.
             self.past.clear()
+        if params.arch != self.arch and self.policy is not None:
+            self.replaced = _Replaced(self.arch, self.version, self.policy)
         self.policy, self.version, self.arch, self.spec = policy, params.version, params.arch, policy.spec
         self.log.info("params_loaded", version=params.version, arch=params.arch, device=self.device)
         self._ready.set()
@@ -232,10 +250,12 @@ class InferenceActor(Actor):
         return future
 
     def _check(self, msg: InferRequest) -> None:
-        """Refuse a request that does not fit the model held, naming what is wrong."""
+        """Refuse a request that does not fit the model held (or the replaced one), naming what is wrong."""
         spec = self.spec
         assert spec is not None
-        if msg.arch != self.arch:
+        if self.replaced is not None and msg.arch == self.replaced.arch:
+            spec = self.replaced.policy.spec
+        elif msg.arch != self.arch:
             raise ModelError(f"InferRequest for arch {msg.arch!r}, but this inference actor holds arch {self.arch!r} (version {self.version})")
         obs = msg.obs
         if not isinstance(obs, np.ndarray) or obs.ndim != 2 or obs.shape[1] != spec.obs.size or obs.dtype != np.float32:
@@ -312,6 +332,13 @@ class InferenceActor(Actor):
                 item.reply.set_exception(exc)
                 continue
             live.append(item)
+        if self.replaced is not None:
+            replaced = self.replaced
+            finishing = [item for item in live if item.request.arch == replaced.arch]
+            live = [item for item in live if item.request.arch != replaced.arch]
+            if finishing:
+                self.replaced_rows += sum(_rows(item.request) for item in finishing)
+                await self._answer(finishing, {LATEST: replaced.policy}, replaced.version, replaced.arch)
         if not live:
             return
         # The latest version as of now: a newer one may arrive while past versions are fetched.
@@ -324,8 +351,11 @@ class InferenceActor(Actor):
                 policies[version] = await self._past_policy(version)
             except FiveActorsError as exc:
                 live = self._fail_rows_of(live, version, exc)
-        if not live:
-            return
+        if live:
+            await self._answer(live, policies, latest, self.arch)
+
+    async def _answer(self, live: list[_Pending], policies: dict[int, Policy], latest: int, arch: str) -> None:
+        """One forward over the requests `live` (all of architecture `arch`) and a reply to each."""
         try:
             result = await asyncio.to_thread(_forward, live, policies, latest)
         except ModelError as exc:  # e.g. a mask leaving a needed head no legal choice
@@ -342,7 +372,7 @@ class InferenceActor(Actor):
         for item in live:
             n = len(item.request.versions)
             if not item.reply.done():
-                item.reply.set_result(InferReply(*(part[start : start + n] for part in result), arch=self.arch))
+                item.reply.set_result(InferReply(*(part[start : start + n] for part in result), arch=arch))
                 self.latencies.append(now - item.arrived)
             start += n
 
@@ -382,6 +412,7 @@ class InferenceActor(Actor):
             "rows": self.rows,
             "requests": self.requests,
             "refused": self.refused,
+            "replaced_arch_rows": self.replaced_rows,
             "mean_batch_rows": self.rows / self.forwards if self.forwards else 0.0,
             "latency_p50_ms": float(np.percentile(latencies, 50)) if latencies is not None else None,
             "latency_p99_ms": float(np.percentile(latencies, 99)) if latencies is not None else None,
@@ -425,7 +456,9 @@ def _forward(live: list[_Pending], policies: dict[int, Policy], latest: int) -> 
     h = np.concatenate([r.h for r in requests])
     c = np.concatenate([r.c for r in requests])
     asked = np.concatenate([r.versions for r in requests]).astype(np.int64)
-    asked[asked == latest] = LATEST
+    # Rows of a version without a policy of its own (past opponents in a replaced architecture's
+    # requests) play the latest; a current-architecture request never has such rows.
+    asked[(asked == latest) | ~np.isin(asked, list(policies))] = LATEST
     rows = len(asked)
     columns = next(iter(policies.values())).spec.actions.columns
     actions = np.zeros((rows, columns), np.int64)

@@ -18,8 +18,14 @@ Each round, on a thread of its own so Rollouts keep arriving:
 5. every `publish_every` steps the version advances; rank 0 sends PublishParams (and, every
    `checkpoint_every` versions, OptimizerState) to the ParamServer.
 
+A live surgery (ParamsAvailable of a new architecture): a one-rank group fetches the operated
+parameters and moments and rebuilds between two rounds; chunks of the replaced architecture,
+buffered or arriving later, are converted to the new one (five_actors.actors.buffer); a group
+of several ranks stops and is restarted by its supervisor. Every chunk is counted by its fate
+(ExperienceBuffer.accounting, in GetStats and /actors).
+
 Events: learner_started, train_step (losses, staleness, reuse, samples/s, allreduce time),
-update_skipped, rollout_refused.
+update_skipped, rollout_refused, learner_arch_adopted.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ import structlog
 import torch
 import torch.distributed as dist
 
-from five_actors.actors.buffer import ExperienceBuffer, Minibatch, check_rollout, to_chunks
+from five_actors.actors.buffer import ExperienceBuffer, Minibatch, check_rollout, convert_rollout, to_chunks
 from five_actors.actors.messages import GetParams, GetStats, Params, ParamsAvailable, PublishParams, Rollout, Subscribe
 from five_actors.actors.param_server import GetOptimizerState, OptimizerState, resolve_settings
 from five_actors.actors.params import initial_policy, load_optimizer, load_state, model_spec, optimizer_arrays, state_arrays
@@ -149,6 +155,8 @@ class LearnerActor(Actor):
         """Rollouts that arrived before the policy was built, checked once it is."""
         self._grouped = False
         self._adopting = False
+        self.previous_spec: ModelSpec | None = None
+        """The architecture a live surgery replaced: its chunks are converted, not refused."""
 
     # -- start ----------------------------------------------------------------------------
 
@@ -211,9 +219,9 @@ class LearnerActor(Actor):
             start = await self._starting_point(self.config)
             spec = ModelSpec.from_dict(start["spec"])
             old = self.arch
-            dropped = await self.thread.run(lambda: self._adopt(spec, start))  # after the round in flight, before the next
+            converted, dropped = await self.thread.run(lambda: self._adopt(spec, start))  # after the round in flight, before the next
             self.log.info("learner_arch_adopted", arch_from=old, arch_to=self.arch, version=self.version,
-                          optimizer_restored=bool(start["optimizer"]), chunks_dropped=dropped)  # fmt: skip
+                          optimizer_restored=bool(start["optimizer"]), chunks_converted=converted, chunks_dropped=dropped)  # fmt: skip
         finally:
             self._adopting = False
 
@@ -225,14 +233,15 @@ class LearnerActor(Actor):
         if start["optimizer"]:
             load_optimizer(self.ppo.optimizer, start["optimizer"])
 
-    def _adopt(self, spec: ModelSpec, start: dict[str, Any]) -> int:
+    def _adopt(self, spec: ModelSpec, start: dict[str, Any]) -> tuple[int, int]:
         """Switch to a new architecture on the torch thread, so no round sees old chunks with the new policy.
 
-        Returns how many never-used chunks of the old architecture were dropped."""
+        Returns (chunks converted, unused chunks dropped) of the old architecture's buffer."""
         self._build(spec, start)
-        self.spec, self.arch = spec, spec.hash
+        old = self.spec
+        self.spec, self.arch, self.previous_spec = spec, spec.hash, old
         self.version, self.base_steps = start["version"], start["learner_steps"] - self.steps
-        return self.buffer.clear()
+        return self.buffer.convert(old, spec)
 
     def _join_group(self) -> None:
         host = self._master[0] or self.training.rendezvous_host
@@ -295,19 +304,25 @@ class LearnerActor(Actor):
     # -- chunks ---------------------------------------------------------------------------
 
     async def on_rollout(self, msg: Rollout) -> None:
-        spec = self.spec
+        spec, previous = self.spec, self.previous_spec
         if spec is None:
             self._hold(msg)
             return
+        converted = previous is not None and msg.arch == previous.hash
         try:
-            batch = check_rollout(msg, spec, self.training.rollout_chunk_steps)
+            if converted:
+                assert previous is not None
+                batch = check_rollout(msg, previous, self.training.rollout_chunk_steps)
+                msg = convert_rollout(msg, previous, spec)
+            else:
+                batch = check_rollout(msg, spec, self.training.rollout_chunk_steps)
             if spec is not self.spec:  # the torch thread switched architecture meanwhile (_adopt)
                 raise TrainingError(f"rollout of architecture {msg.arch!r} arrived during a switch to {self.arch!r}")
         except TrainingError as exc:
             self.buffer.refused(_rows(msg))
             self.log.warning("rollout_refused", source=msg.source, reason=str(exc), refused=self.buffer.counters.refused)
             return
-        self.buffer.add(msg, batch)
+        self.buffer.add(msg, batch, converted)
 
     def _hold(self, msg: Rollout) -> None:
         """Keep a Rollout that arrived before the group formed, up to a buffer's worth of chunks."""
@@ -446,18 +461,14 @@ class LearnerActor(Actor):
         }
 
     def _buffer_stats(self) -> dict[str, Any]:
-        """The experience buffer's reuse, throughput and chunk counts."""
-        counters = self.buffer.counters
+        """The experience buffer's reuse, throughput and chunk accounting."""
+        accounting = self.buffer.accounting()
+        accounting["chunks_waiting"] += sum(_rows(m) for m in self._pending)  # held until the group forms: waiting too
         return {
             "sample_reuse": round(self.buffer.reuse(), 4),
             "samples_per_s": round(self.buffer.consumed_per_s(), 1),
             "buffer_chunks": len(self.buffer),
-            "chunks_received": counters.received,
-            "chunks_refused": counters.refused,
-            "chunks_dropped_stale": counters.dropped_stale,
-            "chunks_evicted_unused": counters.evicted_unused,
-            "chunks_dropped_arch": counters.dropped_arch,
-            "chunks_consumed": counters.consumed,
+            **accounting,
             "skipped_updates": self.skipped,
         }
 

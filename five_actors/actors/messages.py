@@ -11,6 +11,7 @@ Arrays that arrive over a link are read-only views of the frame: copy before wri
 
 from __future__ import annotations
 
+from dataclasses import field
 from typing import Any
 
 import numpy as np
@@ -127,10 +128,23 @@ class Subscribe:
 
 @message
 class ParamsAvailable:
-    """ParamServer -> each subscriber (tell): version `version` of architecture `arch` exists."""
+    """ParamServer -> each subscriber (tell): version `version` of architecture `arch` exists.
+
+    `anneal`: the share of games (0 to 1) in which each change of a live surgery is in use, by
+    name: an added action type, or "game_version" (five_actors.surgery.anneal).
+    """
 
     version: int
     arch: str
+    anneal: dict[str, float] = field(default_factory=dict)
+
+
+@message
+class EvalRating:
+    """EvalActor -> ParamServer (tell) after each round: the TrueSkill of parameter version `version`."""
+
+    version: int
+    trueskill: float
 
 
 @message

@@ -14,14 +14,26 @@ Refused, with a `params_refused` log line and a count, never stored: parameters 
 architecture, of the wrong names or shapes, or not newer than the latest version.
 
 Surgery (the Surgery message, issue 6's hot swap): the latest version and every pool member
-are operated and verified on a thread (all or none) while the actor keeps serving; meanwhile
-PublishParams and OptimizerState are refused (the learners' work of the old architecture).
-The result becomes version latest+1 of the new architecture, with the pool members (same
-version numbers) and Adam's moments mapped by the surgery; all of them are checkpointed, then
-every subscriber hears ParamsAvailable with the new arch. A refusal changes nothing.
+are operated and verified on threads (all or none) while the actor keeps serving. First the
+probes and the pool's past versions (a few passes, as versions join meanwhile), while the
+learners' publishes are still taken; then the pause: the latest version is operated (pool
+members that joined during the last pass leave the pool) while PublishParams and
+OptimizerState are refused (work of the old architecture that the surgery would not
+carry). The result becomes version latest+1 of the new architecture, with the pool members
+(same version numbers) and Adam's moments mapped by the surgery; every subscriber hears
+ParamsAvailable with the new arch, then all of it is checkpointed. A refusal changes nothing.
+The report gives the whole `seconds` and the `pause_seconds` (refusing publishes until the
+announcement).
+
+Annealing (five_actors.surgery.anneal): the action types a surgery adds and a new game version
+are put to use in a share of games that grows from 0 to 1 over `training.surgery_anneal_versions`
+versions; every ParamsAvailable carries the shares, the checkpoints keep them. The EvalActor
+tells each round's TrueSkill (EvalRating); a change still annealing whose latest TrueSkill fell
+more than `training.surgery_revert_trueskill` below its value at the surgery goes back to share 0
+(`surgery_reverted`, and a ParamsAvailable with the new shares).
 
 Events: params_published, params_refused, checkpoint_saved, checkpoint_restored,
-opponent_pool_added, match_result, surgery, surgery_rejected.
+opponent_pool_added, match_result, surgery, surgery_rejected, surgery_reverted.
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ import numpy as np
 import structlog
 
 from five_actors.actors.messages import (
+    EvalRating,
     GetParams,
     GetStats,
     MatchResult,
@@ -53,10 +66,14 @@ from five_actors.config import Config
 from five_actors.errors import CheckpointError, FiveActorsError, SurgeryRejected, TrainingError
 from five_actors.model.policy import Policy
 from five_actors.model.spec import ModelSpec
-from five_actors.surgery.live import LiveResult, live_surgery
+from five_actors.surgery.anneal import GAME_VERSION, Annealing
+from five_actors.surgery.live import LiveResult, Operated, live_surgery, operate_past, prepare
 from five_actors.runtime.actor import Actor, message
 
 log = structlog.get_logger("five_actors.params")
+
+POOL_PASSES = 3
+"""Passes over the opponent pool before a surgery pauses training (each takes the versions that joined during the last)."""
 
 NOTIFY_TIMEOUT_S = 2.0
 """A subscriber whose mailbox or link stays full this long misses one ParamsAvailable (the next one catches it up)."""
@@ -107,6 +124,8 @@ class ParamServerActor(Actor):
         self.pool = OpponentPool(eta=1.0)  # replaced in on_start by the configured pool
         self._lock = asyncio.Lock()
         self._surgery: asyncio.Task[Any] | None = None
+        self._swapping = False
+        """A surgery is operating the latest version: the learners' publishes would be lost in it, and are refused."""
         self.surgeries = 0
 
     async def on_start(self) -> None:
@@ -117,6 +136,7 @@ class ParamServerActor(Actor):
         self.store = None if run_dir is None else CheckpointStore(run_dir / "checkpoints")
         self.rng = np.random.default_rng(self.training.seed)
         self.pool = OpponentPool(self.training.pool_eta)
+        self.annealing = Annealing(self.training.surgery_anneal_versions, self.training.surgery_revert_trueskill)
         self.spec = model_spec(config)
         saved = None if self.store is None else await asyncio.to_thread(self.store.load_latest)
         if saved is None:
@@ -142,6 +162,7 @@ class ParamServerActor(Actor):
         self.spec = saved.spec
         self.version = self.last_checkpoint = saved.version
         self.learner_steps = saved.counters.get("learner_steps", 0)
+        self.annealing.restore(saved.counters)
         self.versions[saved.version] = saved.state
         if saved.optimizer:
             self.optimizer = (saved.counters.get("optimizer_version", saved.version), saved.optimizer)
@@ -187,13 +208,13 @@ class ParamServerActor(Actor):
                 evicted = self.pool.evict()
                 self.versions.pop(evicted, None)
                 self.log.info("opponent_pool_evicted", version=evicted, pool=len(self.pool))
-        await self._notify(ParamsAvailable(msg.version, self.arch))
+        await self._notify()
         # A pool member is always on disk, so that a resumed run still has every opponent it can hand out.
         if self.store is not None and (joins_pool or msg.version - max(self.last_checkpoint, 0) >= self.training.checkpoint_every):
             await self._checkpoint()
 
     def _check_publish(self, msg: PublishParams) -> None:
-        if self._surgery is not None:
+        if self._swapping:
             raise TrainingError("a surgery is in flight: parameters of the old architecture are not kept")
         if msg.arch != self.arch:
             raise TrainingError(f"parameters of architecture {msg.arch!r}, this run's is {self.arch!r}")
@@ -208,7 +229,7 @@ class ParamServerActor(Actor):
 
     async def on_optimizer_state(self, msg: OptimizerState) -> None:
         try:
-            if self._surgery is not None:
+            if self._swapping:
                 raise TrainingError("a surgery is in flight: the old architecture's optimizer state is not kept")
             if msg.arch != self.arch:
                 raise TrainingError(f"optimizer state of architecture {msg.arch!r}, this run's is {self.arch!r}")
@@ -261,28 +282,53 @@ class ParamServerActor(Actor):
 
     async def _operate(self, words: list[str], dry_run: bool, probe_steps: int, reply: asyncio.Future[dict[str, Any]]) -> None:
         try:
-            latest, spec = self.version, self.spec
-            versions = {v: self.versions[v] for v in {latest, *self.pool.versions} if v in self.versions}
-            optimizer = self.optimizer[1] if self.optimizer is not None else None
-            started = time.perf_counter()
+            spec, seed, started = self.spec, self.training.seed, time.perf_counter()
             try:
-                result = await asyncio.to_thread(live_surgery, words, spec, versions, latest, optimizer, self.game, probe_steps, self.training.seed)
+                # While training goes on: the probes, and the pool's past versions (they never change).
+                ops, probes = await asyncio.to_thread(prepare, words, spec, self.game, probe_steps, seed)
+                done: Operated = {}
+                for _ in range(POOL_PASSES):  # versions join the pool meanwhile: another pass takes them
+                    todo = {v: self.versions[v] for v in self.pool.versions if v in self.versions and v != self.version and v not in done}
+                    if not todo:
+                        break
+                    done |= await asyncio.to_thread(operate_past, ops, probes, spec, todo, seed)
+                self._swapping = not dry_run
+                paused = time.perf_counter()
+                latest = self.version
+                if not dry_run:
+                    self._leave_pool_unoperated(done, latest)
+                versions = {v: self.versions[v] for v in {latest, *self.pool.versions} if v in self.versions}
+                optimizer = self.optimizer[1] if self.optimizer is not None else None
+                result = await asyncio.to_thread(live_surgery, ops, probes, spec, versions, latest, optimizer, seed, done)
             except SurgeryRejected as exc:
                 self._reject(words, str(exc))
-            report = {**result.report, "dry_run": dry_run, "version_from": latest, "seconds": round(time.perf_counter() - started, 3)}
+            report = {**result.report, "dry_run": dry_run, "version_from": latest}
             if not dry_run:
-                report["version_to"] = await self._adopt(latest, result)
+                report["version_to"], announced = await self._adopt(latest, result)
+                report["pause_seconds"] = round(announced - paused, 3)
+            report["seconds"] = round(time.perf_counter() - started, 3)
             self.log.info("surgery", operations=words, dry_run=dry_run, spec_from=spec.to_dict(), spec_to=result.spec.to_dict(),
                           arch_from=spec.hash, arch_to=result.spec.hash, version_from=latest, version_to=report.get("version_to"),
-                          changes=report["changes"], verification=report["verification"], seconds=report["seconds"])  # fmt: skip
+                          changes=report["changes"], verification=report["verification"], seconds=report["seconds"],
+                          pause_seconds=report.get("pause_seconds"))  # fmt: skip
             reply.set_result(report)
         except FiveActorsError as exc:
             reply.set_exception(exc)
         finally:
             self._surgery = None
+            self._swapping = False
 
-    async def _adopt(self, latest: int, result: LiveResult) -> int:
-        """Make the operated arrays the run's: version latest+1 of the new arch, the pool re-saved, subscribers told."""
+    def _leave_pool_unoperated(self, done: Operated, latest: int) -> None:
+        """Pool members that joined during the last pass leave the pool rather than lengthen the pause."""
+        for member in [v for v in self.pool.versions if v not in done and v != latest]:
+            del self.pool.quality[member]
+            self.versions.pop(member, None)
+            self.log.info("opponent_pool_evicted", version=member, pool=len(self.pool), reason="joined during a surgery, not operated")
+
+    async def _adopt(self, latest: int, result: LiveResult) -> tuple[int, float]:
+        """Make the operated arrays the run's: version latest+1 of the new arch; subscribers told, then all checkpointed.
+
+        Returns the new version and when it was announced (time.perf_counter)."""
         policy = await asyncio.to_thread(Policy, result.spec)
         new_version = latest + 1
         self.spec, self.arch = result.spec, result.spec.hash
@@ -290,7 +336,13 @@ class ParamServerActor(Actor):
         self.versions = {**{v: a for v, a in result.versions.items() if v != latest or v in self.pool}, new_version: result.versions[latest]}
         self.version = new_version
         self.optimizer = None if result.optimizer is None else (new_version, result.optimizer)
+        self._swapping = False  # the architecture check refuses the old one's publishes from here
         self.surgeries += 1
+        changes = result.report["changes"]
+        game_version = changes["game_version"]["to"] != changes["game_version"]["from"]
+        self.annealing.start([*changes["action_types_added"], *([GAME_VERSION] if game_version else [])], new_version)
+        await self._notify()
+        announced = time.perf_counter()
         if self.store is not None:
             store = self.store
             await asyncio.to_thread(store.model_for, result.spec, policy)
@@ -298,17 +350,18 @@ class ParamServerActor(Actor):
                 if member in self.versions:
                     await asyncio.to_thread(store.save, member, result.spec, self.versions[member], None, {"learner_steps": self.learner_steps})
             await self._checkpoint()
-        await self._notify(ParamsAvailable(new_version, self.arch))
-        return new_version
+        return new_version, announced
 
     # -- subscribers ----------------------------------------------------------------------
 
     async def on_subscribe(self, msg: Subscribe) -> None:
         self.system.ref(msg.address)  # refuses a malformed address before it is kept
         self.subscribers.add(msg.address)
-        await self._notify(ParamsAvailable(self.version, self.arch), {msg.address})
+        await self._notify({msg.address})
 
-    async def _notify(self, msg: ParamsAvailable, addresses: set[str] | None = None) -> None:
+    async def _notify(self, addresses: set[str] | None = None) -> None:
+        """Tell the subscribers (or `addresses`) the latest version, its architecture and the anneal shares."""
+        msg = ParamsAvailable(self.version, self.arch, self.annealing.shares(self.version))
         targets = sorted(self.subscribers if addresses is None else addresses)
         results = await asyncio.gather(*(self._tell(a, msg) for a in targets))
         self.counts["notify_failures"] += results.count(False)
@@ -322,6 +375,16 @@ class ParamServerActor(Actor):
         except (FiveActorsError, TimeoutError) as exc:
             self.log.info("subscriber_unreachable", subscriber=address, reason=str(exc) or type(exc).__name__)
             return False
+
+    # -- annealing ------------------------------------------------------------------------
+
+    async def on_eval_rating(self, msg: EvalRating) -> None:
+        reverted = self.annealing.rating(int(msg.version), float(msg.trueskill))
+        for anneal in reverted:
+            self.log.warning("surgery_reverted", change=anneal.name, version=msg.version, trueskill=msg.trueskill,
+                             baseline=anneal.baseline, surgery_version=anneal.start_version, reason=anneal.reverted)  # fmt: skip
+        if reverted:
+            await self._notify()
 
     # -- the opponent pool ----------------------------------------------------------------
 
@@ -344,7 +407,8 @@ class ParamServerActor(Actor):
         async with self._lock:
             version, state = self.version, self.versions[self.version]
             optimizer = self.optimizer[1] if self.optimizer is not None else None
-            counters = {"learner_steps": self.learner_steps, "optimizer_version": self.optimizer[0] if self.optimizer is not None else -1}
+            counters = {"learner_steps": self.learner_steps, "optimizer_version": self.optimizer[0] if self.optimizer is not None else -1,
+                        **self.annealing.to_counters(version)}  # fmt: skip
             started = time.perf_counter()
             path = await asyncio.to_thread(self.store.save, version, self.spec, state, optimizer, counters)
             await asyncio.to_thread(self.store.save_pool, {"latest": version, "arch": self.arch, "pool": self.pool.to_dict()})
@@ -369,6 +433,8 @@ class ParamServerActor(Actor):
             "last_checkpoint": self.last_checkpoint,
             "last_refusal": self.last_refusal,
             "surgeries": self.surgeries,
+            "anneal": self.annealing.shares(self.version),
+            "reverted": {name: a.reverted for name, a in self.annealing.anneals.items() if a.reverted},
             **self.counts,
         }
 
@@ -378,4 +444,5 @@ class ParamServerActor(Actor):
     def status(self) -> dict[str, Any]:
         stats = self.stats()
         keys = ("version", "learner_steps", "pool_size", "published", "refused", "checkpoints", "wins", "draws", "losses", "surgeries")
-        return {"progress": {"version": self.version, "arch": self.arch}, "metrics": {k: stats[k] for k in keys}}
+        metrics = {k: stats[k] for k in keys} | {f"anneal_share_{name}": share for name, share in stats["anneal"].items()}
+        return {"progress": {"version": self.version, "arch": self.arch}, "metrics": metrics}

@@ -6,6 +6,10 @@ operations on the latest version and on every opponent-pool version (verify.oper
 or none, one seed so new units start alike everywhere), verifies each on probes recorded from
 real lane games, and turns the results back into arrays. It never touches the caller's
 arrays: a refused surgery raises SurgeryRejected and the caller keeps what it had.
+
+In three steps, so that training pauses only for the last: `prepare` (parse, record probes)
+and `operate_past` (the pool's past versions, which never change) while the learners go on;
+then `live_surgery` on the latest version and whatever `operate_past` did not do.
 """
 
 from __future__ import annotations
@@ -21,9 +25,12 @@ from five_actors.errors import SurgeryRejected
 from five_actors.game.config import GameConfig
 from five_actors.model.spec import ModelSpec
 from five_actors.surgery.offline import target_version
-from five_actors.surgery.ops import describe, parse_ops
+from five_actors.surgery.ops import SurgeryOp, describe, parse_ops
 from five_actors.surgery.state import ModelState, parameter_names
-from five_actors.surgery.verify import operate_all, probe_config, record_probes
+from five_actors.surgery.verify import Probes, Verification, operate_all, probe_config, record_probes
+
+Operated = dict[int, tuple[ModelState, Verification]]
+"""Versions operated and verified: the new state and its figures."""
 
 Arrays = dict[str, np.ndarray]
 
@@ -66,27 +73,40 @@ def state_to_arrays(state: ModelState) -> tuple[Arrays, Arrays | None]:
     return params, moments
 
 
+def prepare(words: Sequence[str], spec: ModelSpec, game: GameConfig, probe_steps: int = 128, seed: int = 0) -> tuple[list[SurgeryOp], Probes]:
+    """The operations (SurgeryRejected when malformed) and the probes recorded from lane games of the version they lead to.
+
+    Blocking: call it in a thread."""
+    ops = parse_ops(list(words))
+    version = max(spec.obs.version, *(target_version(op) for op in ops))
+    return ops, record_probes(probe_config(spec, game, version), probe_steps, 1, seed)
+
+
+def operate_past(ops: list[SurgeryOp], probes: Probes, spec: ModelSpec, versions: Mapping[int, Arrays], seed: int = 0) -> Operated:
+    """Past versions (no optimizer state) operated and verified, all or none; blocking: call it in a thread."""
+    return operate_all(ops, {v: to_model_state(spec, arrays) for v, arrays in versions.items()}, probes, seed)
+
+
 def live_surgery(
-    words: Sequence[str],
+    ops: list[SurgeryOp],
+    probes: Probes,
     spec: ModelSpec,
     versions: Mapping[int, Arrays],
     latest: int,
     optimizer: Arrays | None,
-    game: GameConfig,
-    probe_steps: int = 128,
     seed: int = 0,
+    done: Operated | None = None,
 ) -> LiveResult:
-    """Operate on every version in `versions` (`latest` carries `optimizer`); SurgeryRejected when any is refused.
+    """Operate on every version in `versions` (`latest` carries `optimizer`) that `done` (operate_past's) lacks;
+    SurgeryRejected when any is refused. Versions of `done` no longer in `versions` are left out.
 
     Blocking and CPU-heavy: call it in a thread.
     """
-    ops = parse_ops(list(words))
     if latest not in versions:
         raise SurgeryRejected(f"the latest version {latest} is not among the versions given")
-    states = {v: to_model_state(spec, arrays, optimizer if v == latest else None) for v, arrays in versions.items()}
-    version = max(spec.obs.version, *(target_version(op) for op in ops))
-    probes = record_probes(probe_config(spec, game, version), probe_steps, 1, seed)
-    results = operate_all(ops, states, probes, seed)
+    done = {v: result for v, result in (done or {}).items() if v in versions and v != latest}
+    states = {v: to_model_state(spec, arrays, optimizer if v == latest else None) for v, arrays in versions.items() if v not in done}
+    results = {**done, **operate_all(ops, states, probes, seed)}
     new_versions: dict[int, Arrays] = {}
     new_optimizer: Arrays | None = None
     for v, (new, _check) in results.items():
@@ -98,7 +118,7 @@ def live_surgery(
     report = {
         "operations": [str(op) for op in ops],
         "changes": describe(states[latest], results[latest][0]),
-        "verification": {str(v): check.to_dict() for v, (_new, check) in results.items()},
+        "verification": {str(v): check.to_dict() for v, (_new, check) in sorted(results.items())},
         "versions_operated": sorted(results),
     }
     return LiveResult(new_spec, new_versions, new_optimizer, report)

@@ -18,17 +18,15 @@ import torch
 from five_actors.errors import SurgeryRejected
 from five_actors.game.config import GameConfig
 from five_actors.model.checkpoint import Checkpoint, read_checkpoint, save_checkpoint
+from five_actors.surgery.anneal import ANNEAL_COUNTER
 from five_actors.surgery.ops import SurgeryOp, describe
 from five_actors.surgery.state import ModelState
 from five_actors.surgery.verify import operate, probe_config, record_probes
 
-ANNEAL_COUNTER = "anneal_ppm:"
-"""Prefix of the counters that hold anneal shares, in parts per million."""
-
-
 def state_of(checkpoint: Checkpoint) -> ModelState:
-    """The ModelState inside a checkpoint (anneal shares read back from its counters)."""
-    anneal = {k.removeprefix(ANNEAL_COUNTER): v / 1e6 for k, v in checkpoint.counters.items() if k.startswith(ANNEAL_COUNTER)}
+    """The ModelState inside a checkpoint (the action types' anneal shares read back from its counters)."""
+    types = checkpoint.spec.actions.types
+    anneal = {name: v / 1e6 for k, v in checkpoint.counters.items() if k.startswith(ANNEAL_COUNTER) and (name := k.removeprefix(ANNEAL_COUNTER)) in types}
     return ModelState(checkpoint.spec, checkpoint.params, checkpoint.optimizer, anneal)
 
 
@@ -42,7 +40,7 @@ def save_state(path: str | Path, state: ModelState, counters: dict[str, int]) ->
             optimizer.load_state_dict(dict(state.optimizer))
         except (ValueError, KeyError) as exc:
             raise SurgeryRejected(f"the new optimizer state does not load: {exc}") from None
-    kept = {k: v for k, v in counters.items() if not k.startswith(ANNEAL_COUNTER)}
+    kept = dict(counters)
     kept.update({f"{ANNEAL_COUNTER}{name}": round(share * 1e6) for name, share in state.anneal.items()})
     save_checkpoint(path, policy, optimizer, kept)
 

@@ -376,7 +376,8 @@ def game_version(edit: Edit, version: int) -> None:
         if features:
             _insert_features(edit, block, features, target[block])
     actions = action_spec(version)
-    if [(h.name, h.size) for h in actions.heads] != [(h.name, h.size) for h in edit.spec.actions.heads]:
+    # Head sizes follow the game's config (the target head's slots): the model's own are kept.
+    if [h.name for h in actions.heads] != [h.name for h in edit.spec.actions.heads]:
         raise SurgeryRejected(f"game version {version}'s action heads differ from the model's; only new action types can be added")
     for t, name in enumerate(actions.types):
         if name not in edit.spec.actions.types:

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from five_actors.actors.messages import GetParams, GetStats, ParamsAvailable, PublishParams, Subscribe, Surgery
+from five_actors.actors.messages import EvalRating, GetParams, GetStats, ParamsAvailable, PublishParams, Subscribe, Surgery
 from five_actors.actors.param_server import ParamServerActor
 from five_actors.actors.params import state_arrays, initial_policy
 from five_actors.config import load_config
@@ -21,9 +21,11 @@ class Listener(Actor):
 
     def __init__(self) -> None:
         self.seen: list[tuple[int, str]] = []
+        self.shares: list[dict[str, float]] = []
 
     async def on_params_available(self, msg: ParamsAvailable) -> None:
         self.seen.append((msg.version, msg.arch))
+        self.shares.append(dict(msg.anneal))
 
 
 async def test_a_live_widen_lstm_operates_latest_and_pool_and_announces_the_new_arch(system: ActorSystem, tmp_path: Path) -> None:
@@ -74,3 +76,64 @@ async def test_a_live_widen_lstm_operates_latest_and_pool_and_announces_the_new_
     stats = await ref.ask(GetStats())
     assert stats["arch"] == report["changes"]["architecture"]["to"] and stats["version"] == 3
     assert (await ref.ask(GetParams(2))).spec["lstm_size"] == 48
+
+
+async def test_publishes_are_kept_while_the_pool_is_operated_and_the_newest_is_operated_last(system: ActorSystem, tmp_path: Path) -> None:
+    config = load_config("smoke")
+    server = ParamServerActor(config=config, run_dir=str(tmp_path))
+    ref = system.spawn(server, "/params")
+    assert await system.wait_started(ref) is None
+    base = state_arrays(initial_policy(server.spec, 1))
+    for version in range(1, 7):  # versions 2, 4 and 6 join the pool
+        await ref.tell(PublishParams(version, server.arch, server.spec.to_dict(), base, learner_steps=version))
+    surgery = asyncio.ensure_future(ref.ask(Surgery(["widen-lstm", "48"], probe_steps=16), timeout=120))
+    await asyncio.sleep(0)
+    # Arrives while the probes are recorded: training has not paused yet, so the version is kept and operated.
+    await ref.tell(PublishParams(7, server.arch, server.spec.to_dict(), base, learner_steps=7))
+    report = await surgery
+    assert (report["version_from"], report["version_to"]) == (7, 8)
+    assert report["versions_operated"] == [2, 4, 6, 7]
+    assert 0.0 <= report["pause_seconds"] < report["seconds"]
+    stats = await ref.ask(GetStats())
+    assert stats["refused"] == 0 and stats["published"] == 7 and stats["version"] == 8
+
+
+async def heard(listener: Listener, shares: dict[str, float]) -> None:
+    """Wait until the listener's latest ParamsAvailable carried `shares` (tells arrive on their own time)."""
+    for _ in range(100):
+        if listener.shares and listener.shares[-1] == shares:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the listener heard {listener.shares[-3:]}, not {shares}")
+
+
+async def test_a_game_version_anneals_in_and_is_reverted_when_trueskill_falls(system: ActorSystem, tmp_path: Path) -> None:
+    config = load_config("smoke", ["training.surgery_anneal_versions=10", "training.surgery_revert_trueskill=5.0"])
+    ref = system.spawn(ParamServerActor(config=config, run_dir=str(tmp_path)), "/params")
+    assert await system.wait_started(ref) is None
+    listener = Listener()
+    system.spawn(listener, "/listener")
+    await ref.tell(Subscribe(f"{system.node_id}/listener"))
+    await ref.tell(EvalRating(0, 10.0))  # the latest TrueSkill when the surgery comes
+    report = await ref.ask(Surgery(["game-version", "2"], probe_steps=16), timeout=120)
+    new = report["version_to"]
+    await heard(listener, {"recall": 0.0, "game_version": 0.0})
+    params = await ref.ask(GetParams(-1))
+    for version in (new + 1, new + 2):
+        await ref.tell(PublishParams(version, params.arch, params.spec, params.state, learner_steps=version))
+    await heard(listener, {"recall": 0.2, "game_version": 0.2})
+    await ref.tell(EvalRating(new + 2, 5.5))  # within the bound: the anneal goes on
+    assert (await ref.ask(GetStats()))["reverted"] == {}
+    await ref.tell(EvalRating(new + 2, 4.5))
+    stats = await ref.ask(GetStats())
+    assert stats["anneal"] == {"recall": 0.0, "game_version": 0.0}
+    assert "more than 5 below 10.00 at the surgery" in stats["reverted"]["game_version"]
+    await heard(listener, stats["anneal"])
+    await ref.tell(PublishParams(new + 3, params.arch, params.spec, params.state, learner_steps=new + 3))
+    assert (await ref.ask(GetStats()))["anneal"] == {"recall": 0.0, "game_version": 0.0}  # for good
+
+    await system.stop(ref)  # a resumed run keeps the reverted changes at 0
+    ref = system.spawn(ParamServerActor(config=config, run_dir=str(tmp_path)), "/params2")
+    assert await system.wait_started(ref) is None
+    stats = await ref.ask(GetStats())
+    assert stats["anneal"] == {"recall": 0.0, "game_version": 0.0} and set(stats["reverted"]) == {"recall", "game_version"}

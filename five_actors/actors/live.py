@@ -52,9 +52,13 @@ class TrainingLine:
         for game in games:
             steps = float(_metrics(game).get("game_env_steps", 0.0))
             before = self._steps.get(game["path"])
-            if before is not None and now > before[0] and steps >= before[1]:
-                env_rate += (steps - before[1]) / (now - before[0])
-            self.env_steps += steps - before[1] if before is not None and steps >= before[1] else steps
+            if before is not None and steps >= before[1]:
+                gained = steps - before[1]
+                if now > before[0]:
+                    env_rate += gained / (now - before[0])
+            else:
+                gained = steps  # first seen, or restarted and counting from 0
+            self.env_steps += gained
             self._steps[game["path"]] = (now, steps)
         trained = [_metrics(a) for a in learners if "staleness_mean" in _metrics(a)]
         facts: dict[str, Any] = {

@@ -24,7 +24,7 @@ import time
 import traceback
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 import orjson
@@ -54,7 +54,8 @@ class _State:
 
     node: str = ""
     file: BinaryIO | None = None
-    console: IO[str] | None = None
+    console: bool = False
+    """Readable lines on stderr: whatever sys.stderr is when a line is written (a test's capture may have replaced it)."""
     console_level: int = logging.WARNING
 
 
@@ -180,9 +181,9 @@ def _emit(record: Mapping[str, Any]) -> None:
         state = _state
         if state.file is not None:
             state.file.write(line)
-        if state.console is not None and LEVELS.get(record["level"], logging.INFO) >= state.console_level:
-            state.console.write(format_record(record) + "\n")
-            state.console.flush()
+        if state.console and LEVELS.get(record["level"], logging.INFO) >= state.console_level:
+            sys.stderr.write(format_record(record) + "\n")
+            sys.stderr.flush()
 
 
 def _to_sink(_logger: Any, _method_name: str, event_dict: MutableMapping[str, Any]) -> Any:
@@ -260,7 +261,7 @@ def configure_logging(node_id: str, log_dir: Path | None, level: str = "info", c
         _state = _State(
             node=node_id,
             file=new_file,
-            console=sys.stderr if (log_dir is None or console) else None,
+            console=log_dir is None or console,
             console_level=min_level if log_dir is None else max(min_level, logging.WARNING),
         )
         if old.file is not None:

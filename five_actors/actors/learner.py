@@ -7,9 +7,10 @@ ParamServer's latest parameters (and Adam's moments when they were checkpointed)
 broadcasts them, so every rank, and a restarted group, continues from the same point.
 
 Each round, on a thread of its own so Rollouts keep arriving:
-1. every rank says whether it is ready (enough chunks, sample reuse under `max_sample_reuse`)
-   and whether it is stopping; an allreduce(MIN) of those flags decides for all, so all ranks
-   take the same number of steps, and all leave the group together when one stops;
+1. every rank says whether it is ready (enough chunks, sample reuse under `max_sample_reuse`),
+   whether it is stopping and whether it heard of a new architecture; one allreduce of those
+   flags decides for all, so all ranks take the same number of steps, switch architecture in the
+   same round, and leave the group together when one stops;
 2. rank 0 folds the minibatch's fresh chunks into the value normaliser and broadcasts it;
 3. loss from five_actors.model.ppo; backward; gradients summed by one allreduce over a flat
    buffer (plus a flag per rank whose loss was finite) and divided by N; PPO's per-parameter
@@ -18,14 +19,15 @@ Each round, on a thread of its own so Rollouts keep arriving:
 5. every `publish_every` steps the version advances; rank 0 sends PublishParams (and, every
    `checkpoint_every` versions, OptimizerState) to the ParamServer.
 
-A live surgery (ParamsAvailable of a new architecture): a one-rank group fetches the operated
-parameters and moments and rebuilds between two rounds; chunks of the replaced architecture,
-buffered or arriving later, are converted to the new one (five_actors.actors.buffer); a group
-of several ranks stops and is restarted by its supervisor. Every chunk is counted by its fate
-(ExperienceBuffer.accounting, in GetStats and /actors).
+A live surgery (ParamsAvailable of a new architecture): the round after any rank heard of it,
+the group switches instead of training: rank 0 fetches the operated parameters and moments from
+the ParamServer, broadcasts them, and every rank rebuilds its policy and Adam. Chunks of the
+replaced architecture, buffered or arriving later, are converted to the new one
+(five_actors.actors.buffer); chunks of the announced one that arrive before the switch are held
+until it. Every chunk is counted by its fate (ExperienceBuffer.accounting, in GetStats and /actors).
 
 Events: learner_started, train_step (losses, staleness, reuse, samples/s, allreduce time),
-update_skipped, rollout_refused, learner_arch_adopted.
+update_skipped, rollout_refused, learner_arch_adopted, learner_group_stopped.
 """
 
 from __future__ import annotations
@@ -152,9 +154,10 @@ class LearnerActor(Actor):
         """None until the group has formed and the policy is built."""
         self.arch = ""
         self._pending: list[Rollout] = []
-        """Rollouts that arrived before the policy was built, checked once it is."""
+        """Rollouts that arrived before the policy (or the announced architecture's) was built, checked once it is."""
         self._grouped = False
-        self._adopting = False
+        self._announced: ParamsAvailable | None = None
+        """The newest architecture the ParamServer announced that this learner has not switched to."""
         self.previous_spec: ModelSpec | None = None
         """The architecture a live surgery replaced: its chunks are converted, not refused."""
 
@@ -201,29 +204,32 @@ class LearnerActor(Actor):
         if self.param_server:
             # A surgery announces a new architecture through ParamsAvailable: see on_params_available.
             await self.system.ref(self.param_server).tell(Subscribe(self.ref.address), sender=self.ref)
+        await self._release_held()
+
+    async def _release_held(self) -> None:
         pending, self._pending = self._pending, []
         for msg in pending:
             await self.on_rollout(msg)
 
     async def on_params_available(self, msg: ParamsAvailable) -> None:
-        """A new architecture (a live surgery): rebuild the policy and Adam from the ParamServer's operated state."""
-        if msg.arch == self.arch or self._adopting:
-            return
+        """A new architecture (a live surgery): the group switches to it at its next round (_switch)."""
+        if self.spec is not None and msg.arch != self.arch:
+            self._announced = msg
+
+    async def _switch(self) -> None:
+        """Rebuild the policy and Adam from the ParamServer's operated state, on every rank in the same round."""
+        start = await self._starting_point(self.config) if self.rank == 0 else None
         if self.world_size > 1:
-            # The ranks must switch in the same round; a restarted group starts from the new arch instead.
-            self.log.info("learner_arch_changed", arch_from=self.arch, arch_to=msg.arch, action="restart the group")
-            self.stop_self()
-            return
-        self._adopting = True
-        try:
-            start = await self._starting_point(self.config)
-            spec = ModelSpec.from_dict(start["spec"])
-            old = self.arch
-            converted, dropped = await self.thread.run(lambda: self._adopt(spec, start))  # after the round in flight, before the next
+            start = await self.thread.run(lambda: _broadcast_object(start, self.device))
+        assert start is not None
+        if self._announced is not None and self._announced.version <= start["version"]:
+            self._announced = None  # what it announced is in `start` (or older than it)
+        spec, old = ModelSpec.from_dict(start["spec"]), self.arch
+        if spec.hash != old:  # else a late announcement of what the group runs already
+            converted, dropped = await self.thread.run(lambda: self._adopt(spec, start))
             self.log.info("learner_arch_adopted", arch_from=old, arch_to=self.arch, version=self.version,
                           optimizer_restored=bool(start["optimizer"]), chunks_converted=converted, chunks_dropped=dropped)  # fmt: skip
-        finally:
-            self._adopting = False
+        await self._release_held()
 
     def _build(self, spec: ModelSpec, start: dict[str, Any]) -> None:
         """The policy and its PPO optimizer on this device, from the starting point (on the torch thread: slow)."""
@@ -293,7 +299,7 @@ class LearnerActor(Actor):
     def _final_round(self) -> None:
         if not self._grouped:
             return
-        flags = torch.zeros(2, device=self.device)
+        flags = torch.zeros(3, device=self.device)  # not ready, not staying: the peers' round stops too
         dist.all_reduce(flags, op=dist.ReduceOp.MIN)
         self._leave_group()
 
@@ -305,7 +311,7 @@ class LearnerActor(Actor):
 
     async def on_rollout(self, msg: Rollout) -> None:
         spec, previous = self.spec, self.previous_spec
-        if spec is None:
+        if spec is None or (self._announced is not None and msg.arch == self._announced.arch):
             self._hold(msg)
             return
         converted = previous is not None and msg.arch == previous.hash
@@ -325,12 +331,13 @@ class LearnerActor(Actor):
         self.buffer.add(msg, batch, converted)
 
     def _hold(self, msg: Rollout) -> None:
-        """Keep a Rollout that arrived before the group formed, up to a buffer's worth of chunks."""
+        """Keep a Rollout that arrived before its policy was built, up to a buffer's worth of chunks."""
         self._pending.append(msg)
         while sum(_rows(m) for m in self._pending) > self.training.buffer_chunks:
             early = self._pending.pop(0)
             self.buffer.refused(_rows(early))
-            self.log.warning("rollout_refused", source=early.source, reason="the learner is still joining its group and holds a buffer's worth already")
+            reason = "the learner is still joining its group or switching architecture, and holds a buffer's worth already"
+            self.log.warning("rollout_refused", source=early.source, reason=reason)
 
     # -- training -------------------------------------------------------------------------
 
@@ -339,6 +346,9 @@ class LearnerActor(Actor):
             result = await self.thread.run(self._round)
             if result is None:
                 await asyncio.sleep(IDLE_WAIT_S)
+                continue
+            if result.get("switch"):
+                await self._switch()
                 continue
             if result.get("stop"):
                 # A peer is stopping: the group is over; this learner stops too and its supervisor
@@ -351,16 +361,19 @@ class LearnerActor(Actor):
                 await self._publish(result["publish"])
 
     def _round(self) -> dict[str, Any] | None:
-        """One lockstep round on the torch thread: None when not every rank was ready."""
+        """One lockstep round on the torch thread: None when not every rank was ready, or what the group does instead."""
         t = self.training
         ready = self.buffer.ready(t.minibatch_chunks, self.version, t.max_staleness, t.max_sample_reuse)
+        switch = self._announced is not None
         if self.world_size > 1:
-            flags = torch.tensor([float(ready), 1.0], device=self.device)  # [ready, staying]
+            flags = torch.tensor([float(ready), 1.0, -float(switch)], device=self.device)  # [ready, staying, -switching]
             dist.all_reduce(flags, op=dist.ReduceOp.MIN)
             if flags[1].item() < 1.0:
                 self._leave_group()
                 return {"stop": True}
-            ready = flags[0].item() == 1.0
+            ready, switch = flags[0].item() == 1.0, flags[2].item() < 0.0
+        if switch:
+            return {"switch": True}
         if not ready:
             return None
         minibatch = self.buffer.take(t.minibatch_chunks, self.version, self.rng)

@@ -1,21 +1,26 @@
-"""Two learners in one gloo group inside a real `five-actors up`: both train, and a kill -9 of one
+"""Two learners in one gloo group inside a real `five-actors up`: both train; a live surgery switches
+both ranks to the new architecture in place (no restart, every chunk accounted for); a kill -9 of one
 restarts both (one_for_all) from the ParamServer's latest parameters."""
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.actors.test_system import START, _metric, _version, start
-from tests.supervisor.cluster import REPO, actor, wait_until
+from tests.actors.test_system import START, Run, _metric, _version, start
+from tests.supervisor.cluster import REPO, actor, log_events, wait_until
+from tests.surgery.test_live import FATES, post
 
 pytestmark = pytest.mark.timeout(400)
 
 LEARNER_0 = "/root/learners/learner-0"
 LEARNER_1 = "/root/learners/learner-1"
+GAME = "/root/rollouts/game-0"
 
 
 def two_learner_config(where: Path) -> Path:
@@ -41,15 +46,35 @@ shutdown_timeout = 10.0
     return path
 
 
-def test_two_learners_train_in_lockstep_and_a_killed_rank_restarts_the_group(tmp_path: Path) -> None:
+def test_two_learners_train_switch_architecture_together_and_a_killed_rank_restarts_the_group(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    run = start(["--config", str(two_learner_config(tmp_path)), "--run-dir", str(run_dir)], tmp_path, "up", run_dir)
+    run = start(["--config", str(two_learner_config(tmp_path)), "--run-dir", str(run_dir), "--set", "training.pool_max_versions=2"],
+                tmp_path, "up", run_dir)  # fmt: skip
     try:
         wait_until(lambda: _version(run.url) >= 3, timeout=START, what="three versions from the two-learner group")
         view = run.view()
         steps = [_metric(view, path, "steps") for path in (LEARNER_0, LEARNER_1)]
         assert all(s and s > 0 for s in steps), steps
 
+        # A live surgery: both ranks take the new architecture in the same round, without a restart.
+        token = (run_dir / "token").read_text().strip()
+        status, report = post(f"{run.url}/surgery", {"ops": ["widen-lstm", "48"], "probe_steps": 32}, token)
+        assert status == 200, report
+        new_arch, swapped_at = report["changes"]["architecture"]["to"], report["version_to"]
+        wait_until(lambda: all(_progress(run, path, "arch") == new_arch for path in (LEARNER_0, LEARNER_1)),
+                   timeout=120, what="both ranks on the new architecture")  # fmt: skip
+        wait_until(lambda: _version(run.url) >= swapped_at + 2, timeout=120, what="versions advancing after the swap")
+        view = run.view()
+        assert all(actor(view, path)["restarts"] == 0 for path in (LEARNER_0, LEARNER_1))
+        assert len(log_events(run_dir, "learner_arch_adopted")) == 2 and not log_events(run_dir, "learner_group_stopped")
+        # Every chunk the game made is trained, refused, dropped, evicted or waiting on one of the ranks (or lost,
+        # counted by the game), at a moment when none is in flight.
+        deadline = time.monotonic() + 60
+        while (counts := _chunk_counts(run))["made"] != counts["accounted"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert counts["made"] == counts["accounted"] > 0, counts
+
+        view = run.view()
         before = {path: actor(view, path) for path in (LEARNER_0, LEARNER_1)}
         version = _version(run.url)
         os.kill(before[LEARNER_1]["pid"], signal.SIGKILL)
@@ -68,3 +93,19 @@ def test_two_learners_train_in_lockstep_and_a_killed_rank_restarts_the_group(tmp
         assert _metric(restarted, LEARNER_0, "version") >= version
     finally:
         run.proc.kill()
+
+
+def _progress(run: Run, path: str, name: str) -> Any:
+    return (actor(run.view(), path).get("status") or {}).get("progress", {}).get(name)
+
+
+def _chunk_counts(run: Run) -> dict[str, int]:
+    """The game's chunks made and lost, and both ranks' chunks by fate, from one /actors view."""
+    view = run.view()
+    game = _metrics(view, GAME)
+    accounted = game["game_chunks_lost"] + sum(_metrics(view, path)[fate] for path in (LEARNER_0, LEARNER_1) for fate in FATES)
+    return {"made": game["game_chunks_made"], "accounted": accounted}
+
+
+def _metrics(view: dict[str, Any], path: str) -> dict[str, Any]:
+    return (actor(view, path).get("status") or {}).get("metrics", {})

@@ -108,13 +108,14 @@ def test_kill_9_of_each_process_kind_is_survived(run: Run, path: str) -> None:
 
 def test_sigterm_stops_cleanly_logs_replay_and_resume_continues(run: Run, tmp_path: Path) -> None:
     wait_until(lambda: _version(run.url) >= 1, timeout=START, what="training started")
+    wait_until(lambda: log_events(run.run_dir, "eval_result"), timeout=START, what="an eval round to replay")
     assert run.proc.terminate(timeout=120) == 0, run.proc.err
     assert "stopped cleanly" in run.proc.out
     assert "terminate called" not in run.proc.err  # no child aborted at exit (the learner's torch thread is joined)
     assert not log_events(run.run_dir, "child_exit_unclean")
     final = max(e["version"] for e in log_events(run.run_dir, "checkpoint_saved"))
     rounds = max(e["round"] for e in log_events(run.run_dir, "eval_result"))
-    assert log_events(run.run_dir, "child_restarted") and log_events(run.run_dir, "training_progress")
+    assert log_events(run.run_dir, "training_progress")
 
     env = dict(os.environ, PYTHONPATH=str(REPO))
     replay = subprocess.run([sys.executable, "-m", "five_actors", "logs", "replay", str(run.run_dir), "--event", "eval_result"],

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from five_actors.errors import FiveActorsError
+from five_actors.supervisor.processes import stop_with_parent
 
 
 class UpProcess:
@@ -46,7 +47,7 @@ class UpProcess:
         command += [f"--set={s}" for s in self.overrides]
         self.run_dir.parent.mkdir(parents=True, exist_ok=True)
         with open(self.out_path, "wb") as out:
-            self._proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+            self._proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, preexec_fn=stop_with_parent)
         try:
             self.url = self._wait_for_url(self.address_timeout)
         except BaseException:

@@ -14,6 +14,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from five_actors.supervisor.processes import stop_with_parent
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -25,7 +27,9 @@ class Proc:
         self.err_path = where / f"{name}.err"
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "five_actors", *args], cwd=REPO, stdout=out, stderr=err, env=env)
+            # A test process killed mid-test (a timeout) takes its `up` tree with it.
+            self.proc = subprocess.Popen([sys.executable, "-m", "five_actors", *args], cwd=REPO, stdout=out, stderr=err, env=env,
+                                         preexec_fn=stop_with_parent)  # fmt: skip
 
     @property
     def out(self) -> str:

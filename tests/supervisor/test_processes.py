@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -75,3 +79,38 @@ async def test_a_process_child_runs_a_pinned_subtree_in_its_own_node(head: Node)
     assert await head.system.stop(root, 30.0) == "shutdown"
     with pytest.raises(ProcessLookupError):
         os.kill(child_pid, 0)
+
+
+STARTER = """
+import subprocess, sys, time
+from five_actors.supervisor.processes import stop_with_parent
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], preexec_fn=stop_with_parent)
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_process_started_with_stop_with_parent_ends_when_its_parent_is_killed() -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    starter = subprocess.Popen([sys.executable, "-c", STARTER], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert starter.stdout is not None
+        child = int(starter.stdout.readline())
+        assert _alive(child)
+        starter.kill()  # SIGKILL: the parent runs no cleanup of its own
+        starter.wait()
+        deadline = time.monotonic() + 30
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child), "the child outlived its killed parent"
+    finally:
+        starter.kill()
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie waiting for its new parent to reap it has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False

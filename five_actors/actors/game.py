@@ -45,8 +45,8 @@ from typing import Any
 
 import numpy as np
 import structlog
-import torch
 
+from five_actors.actors.chunks import StepRecord, build_rollout, chunk_rewards
 from five_actors.actors.inference import LATEST, actor_config
 from five_actors.actors.messages import (
     GetParams, GetStats, InferReply, InferRequest, MatchResult, Opponent, OpponentRequest, ParamsAvailable, Rollout, Subscribe,
@@ -55,7 +55,6 @@ from five_actors.config import Config
 from five_actors.errors import ActorDown, AskTimeout, FiveActorsError, ModelError, RemoteError
 from five_actors.game.env import LaneGame
 from five_actors.game.spec import action_spec, obs_spec
-from five_actors.model.ppo import gae
 from five_actors.model.spec import ModelSpec
 from five_actors.runtime.actor import Actor
 from five_actors.surgery.anneal import GAME_VERSION, apply_anneal, apply_game_version, games_allowed
@@ -71,27 +70,6 @@ RETRY_MAX_S = 1.0
 
 LEARNER_GRACE_S = 0.2
 """A re-established watch that has not fired within this time means the learner is back."""
-
-
-@dataclasses.dataclass
-class _StepRecord:
-    """One batch step, every row: what the chunk and GAE need."""
-
-    obs: np.ndarray
-    masks: dict[str, np.ndarray]
-    h: np.ndarray
-    c: np.ndarray
-    actions: np.ndarray
-    logp: np.ndarray
-    values: np.ndarray
-    rewards: np.ndarray
-    dones: np.ndarray
-    starts: np.ndarray
-    versions: np.ndarray
-    latest: np.ndarray
-    """bool [rows]: the row played the latest policy at this step."""
-    components: dict[str, np.ndarray]
-    """Each reward component (the game's `reward/NAME` infos) per row."""
 
 
 class GameActor(Actor):
@@ -131,7 +109,7 @@ class GameActor(Actor):
         """Games against a past version, by the team the latest policy played in them."""
         self.match_results = 0
         self.reward_totals: dict[str, float] = {}
-        self.buffer: list[_StepRecord] = []
+        self.buffer: list[StepRecord] = []
         self.announced_arch: str | None = None
         """The architecture the ParamServer announced, while it differs from the one played."""
         self.anneal: dict[str, float] = {}
@@ -199,7 +177,7 @@ class GameActor(Actor):
             self._count_annealed(actions)
             game = self.game  # rebuilt by a surgery to another game version
             step = await asyncio.to_thread(game.step, actions) if self.batch_steps == 0 else game.step(actions)
-            self.buffer.append(_StepRecord(
+            self.buffer.append(StepRecord(
                 model_obs, model_masks, h, c, actions, np.asarray(reply.logp), np.asarray(reply.value),
                 step.rewards, step.dones, starts, np.asarray(reply.versions), latest,
                 {k.removeprefix("reward/"): v for k, v in step.infos.items() if k.startswith("reward/")},
@@ -398,38 +376,9 @@ class GameActor(Actor):
         if not len(rows):
             return
         self.chunks_made += len(rows)
-        rollout = self._rollout(chunk, span, bootstrap, rows)
-        self._log_chunk(chunk, rows)
+        rollout = build_rollout(chunk, span, bootstrap, rows, self.gamma, self.lam, self.ref.address, self.arch)
+        self.log.info("rollout_chunk", chunks=len(rows), steps=len(chunk), version=int(chunk[0].versions[rows].min()), **chunk_rewards(chunk, rows))
         await self._send(rollout)
-
-    def _rollout(self, chunk: list[_StepRecord], span: list[_StepRecord], bootstrap: _StepRecord, rows: np.ndarray) -> Rollout:
-        """The chunk's rows `rows` as a Rollout, with GAE over chunk + window from the bootstrap value."""
-        steps = len(chunk)
-        pick = lambda name, records=chunk: np.stack([getattr(s, name)[rows] for s in records])  # noqa: E731
-        rewards = torch.from_numpy(pick("rewards", span))
-        values = torch.from_numpy(pick("values", span))
-        dones = torch.from_numpy(pick("dones", span))
-        last_value = torch.from_numpy(np.asarray(bootstrap.values[rows]))
-        advantages, returns = gae(rewards, values, dones, last_value, self.gamma, self.lam)
-        first = chunk[0]
-        return Rollout(
-            source=self.ref.address,
-            arch=self.arch,
-            versions=first.versions[rows].astype(np.int64),
-            obs=pick("obs"),
-            masks={k: np.stack([s.masks[k][rows] for s in chunk]) for k in first.masks},
-            actions=pick("actions"),
-            logp=pick("logp").astype(np.float32),
-            values=pick("values").astype(np.float32),
-            rewards=pick("rewards").astype(np.float32),
-            dones=pick("dones"),
-            starts=pick("starts"),
-            advantages=advantages[:steps].numpy().astype(np.float32),
-            returns=returns[:steps].numpy().astype(np.float32),
-            h=first.h[rows].astype(np.float32),
-            c=first.c[rows].astype(np.float32),
-            made_at=time.time(),
-        )
 
     async def _send(self, rollout: Rollout) -> None:
         """Tell the next learner that is up (round-robin); with none up the chunks are lost."""
@@ -451,12 +400,6 @@ class GameActor(Actor):
             return
         self.chunks_lost += count
         self.log.warning("chunks_lost", chunks=count, chunks_lost=self.chunks_lost, reason="no learner is up")
-
-    def _log_chunk(self, chunk: list[_StepRecord], rows: np.ndarray) -> None:
-        """One event per shipped chunk: its shaped reward and each component, summed over its rows and steps."""
-        components = {f"reward_{name}": round(float(sum(s.components[name][rows].sum() for s in chunk)), 6) for name in chunk[0].components}
-        self.log.info("rollout_chunk", chunks=len(rows), steps=len(chunk), version=int(chunk[0].versions[rows].min()),
-                      reward=round(float(sum(s.rewards[rows].sum() for s in chunk)), 6), **components)
 
     async def _watch_learner(self, address: str) -> None:
         """Keep `learner_up[address]` current: down on its exit, up again once a new watch holds."""

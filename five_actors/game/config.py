@@ -121,6 +121,12 @@ class GameConfig:
     """Team reward per fraction of enemy ancient health removed."""
     reward_gold_spent: float = 0.0006
     """Reward per gold the shop spends for the hero."""
+    reward_lane: float = -0.15
+    """Reward per game second that a living hero spends farther than lane_width from its assigned
+    lane (lane = the hero type's index in hero_types mod lanes, which the policy sees in its own
+    type one-hot); the fountain counts as outside every lane."""
+    lane_width: float = 8.0
+    """Distance from a lane's path (its waypoints, own base end to enemy base end) within which a hero is in it."""
     team_spirit: float = 0.3
     """Team spirit tau: r_i = (1 - tau) * own_i + tau * team mean."""
     time_decay: float = 0.6
@@ -141,7 +147,7 @@ class GameConfig:
                 raise ValueError(f"game.{name} must be at least 1, got {getattr(self, name)}")
         positive_floats = ("map_size", "steps_per_second", "tower_hp", "ancient_hp", "creep_hp", "creep_speed",
                            "hero_speed", "xp_per_level", "item_cost", "hero_vision", "creep_vision",
-                           "tower_vision", "tower_range", "time_decay_minutes")
+                           "tower_vision", "tower_range", "time_decay_minutes", "lane_width")
         for name in positive_floats:
             if not getattr(self, name) > 0:
                 raise ValueError(f"game.{name} must be positive, got {getattr(self, name)}")

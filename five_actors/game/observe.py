@@ -13,7 +13,7 @@ import numpy as np
 from numba import prange
 
 from five_actors.game.jit import kernel
-from five_actors.game.sim import vulnerable
+from five_actors.game.sim import closer, team_offset, vulnerable
 from five_actors.game.state import (
     AB_COOLDOWN, AB_COST, AB_KIND, ACD, AK_AREA, AK_HASTE, AK_HEAL, AK_NUKE, ALIVE, A_ABILITY0, A_ATTACK,
     A_MOVE, A_NOOP, A_RECALL, DMG, G_NEXTWAVE, G_STEP, HASTE, HP, H_CD0, H_CDRECALL, H_DEATHS, H_GOLD, H_ITEMS,
@@ -79,20 +79,6 @@ def _remember(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, vis: np.nd
                 seen[g, team, j, S_DMG] = u[g, e, DMG]
                 seen[g, team, j, S_ITEMS] = h[g, e, H_ITEMS]
                 seen[g, team, j, S_STUN] = 1.0 if u[g, e, STUN] > 0 else 0.0
-
-
-@kernel
-def _rel(team: int, dx: float, dy: float) -> tuple[float, float]:
-    if team == 0:
-        return dx, dy
-    return -dy, -dx
-
-
-@kernel
-def _closer(d2: float, rx: float, ry: float, other_d2: float, other_x: float, other_y: float) -> bool:
-    if abs(d2 - other_d2) > 1e-3:
-        return d2 < other_d2
-    return rx < other_x - 1e-3 or (abs(rx - other_x) <= 1e-3 and ry < other_y)
 
 
 @kernel
@@ -191,7 +177,7 @@ def observe_game(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.
                 continue
             b = off_ally + a * w_ally
             slot_unit[row, 1 + a] = j
-            dx, dy = _rel(team, u[g, j, X] - x, u[g, j, Y] - y)
+            dx, dy = team_offset(team, u[g, j, X] - x, u[g, j, Y] - y)
             o[b] = 1.0
             o[b + 1] = u[g, j, ALIVE]
             o[b + 2] = dx / ps
@@ -213,7 +199,7 @@ def observe_game(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.
             if seen[g, team, j, S_EVER] == 0:
                 continue
             b = off_enemy + j * w_enemy
-            dx, dy = _rel(team, seen[g, team, j, S_X] - x, seen[g, team, j, S_Y] - y)
+            dx, dy = team_offset(team, seen[g, team, j, S_X] - x, seen[g, team, j, S_Y] - y)
             o[b] = 1.0
             o[b + 1] = 1.0 if vis[g, team, e] else 0.0
             o[b + 2] = min((step - seen[g, team, j, S_TIME]) / (P[P_SPS] * 30.0), 1.0)
@@ -235,15 +221,15 @@ def observe_game(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.
         for j in range(n_seen[team]):
             k = seen_creeps[team, j]
             d2 = (u[g, k, X] - x) ** 2 + (u[g, k, Y] - y) ** 2
-            rx, ry = _rel(team, u[g, k, X] - x, u[g, k, Y] - y)
+            rx, ry = team_offset(team, u[g, k, X] - x, u[g, k, Y] - y)
             if m < n_creep_slots:
                 pos = m
                 m += 1
-            elif _closer(d2, rx, ry, best_d[m - 1], best_x[m - 1], best_y[m - 1]):
+            elif closer(d2, rx, ry, best_d[m - 1], best_x[m - 1], best_y[m - 1]):
                 pos = m - 1
             else:
                 continue
-            while pos > 0 and _closer(d2, rx, ry, best_d[pos - 1], best_x[pos - 1], best_y[pos - 1]):
+            while pos > 0 and closer(d2, rx, ry, best_d[pos - 1], best_x[pos - 1], best_y[pos - 1]):
                 best_d[pos] = best_d[pos - 1]
                 best_x[pos] = best_x[pos - 1]
                 best_y[pos] = best_y[pos - 1]
@@ -259,7 +245,7 @@ def observe_game(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.
                 continue
             k = best_k[c]
             b = off_creep + c * w_creep
-            dx, dy = _rel(team, u[g, k, X] - x, u[g, k, Y] - y)
+            dx, dy = team_offset(team, u[g, k, X] - x, u[g, k, Y] - y)
             enemy = u[g, k, TEAM] != team
             hpf = u[g, k, HP] / u[g, k, MAXHP]
             o[b] = 1.0
@@ -278,7 +264,7 @@ def observe_game(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.
             if u[g, k, ALIVE] == 0:
                 continue
             b = off_struct + q * w_struct
-            dx, dy = _rel(team, u[g, k, X] - x, u[g, k, Y] - y)
+            dx, dy = team_offset(team, u[g, k, X] - x, u[g, k, Y] - y)
             o[b] = 1.0
             o[b + 1] = 1.0 if side != team else 0.0
             o[b + 2] = 1.0 if q % sb == sb - 1 else 0.0

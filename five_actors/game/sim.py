@@ -120,6 +120,23 @@ def reset_game(g: int, types: np.ndarray, u: np.ndarray, h: np.ndarray, seen: np
 
 
 @kernel
+def team_offset(team: int, dx: float, dy: float) -> tuple[float, float]:
+    """A map offset as `team` sees it (team 1's view is reflected)."""
+    if team == 0:
+        return dx, dy
+    return -dy, -dx
+
+
+@kernel
+def closer(d2: float, rx: float, ry: float, other_d2: float, other_x: float, other_y: float) -> bool:
+    """Whether squared distance `d2` at offset (rx, ry) comes before the other: near-equal distances
+    are ordered by the offset in the viewer's own frame, so that mirrored units choose alike on both sides."""
+    if abs(d2 - other_d2) > 1e-3:
+        return d2 < other_d2
+    return rx < other_x - 1e-3 or (abs(rx - other_x) <= 1e-3 and ry < other_y)
+
+
+@kernel
 def vulnerable(u: np.ndarray, g: int, k: int, nh: int, sb: int, tpl: int) -> bool:
     """Whether structure `k` can be attacked: tier 0 always, a tier once the one before fell,
     an ancient once some lane has lost all its towers."""
@@ -239,6 +256,27 @@ def _hero_orders(g: int, actions: np.ndarray, u: np.ndarray, h: np.ndarray, sc: 
 
 
 @kernel
+def _nearest(u: np.ndarray, g: int, k: int, lo: int, hi: int, r2: float, hit_hero: bool) -> int:
+    """The living enemy of unit `k` among units lo..hi-1 nearest to it within squared range `r2`
+    (only heroes that hit an enemy hero this step when `hit_hero`), or -1; ties go by `closer`."""
+    team = int(u[g, k, TEAM])
+    best = -1
+    best_d = 0.0
+    best_x = 0.0
+    best_y = 0.0
+    for v in range(lo, hi):
+        if u[g, v, ALIVE] == 0 or u[g, v, TEAM] == team or (hit_hero and u[g, v, HITHERO] == 0):
+            continue
+        d2 = (u[g, v, X] - u[g, k, X]) ** 2 + (u[g, v, Y] - u[g, k, Y]) ** 2
+        if d2 > r2:
+            continue
+        rx, ry = team_offset(team, u[g, v, X] - u[g, k, X], u[g, v, Y] - u[g, k, Y])
+        if best < 0 or closer(d2, rx, ry, best_d, best_x, best_y):
+            best, best_d, best_x, best_y = v, d2, rx, ry
+    return best
+
+
+@kernel
 def _npc_orders(g: int, u: np.ndarray, sc: np.ndarray, P: np.ndarray, WPTS: np.ndarray, nh: int, sb: int,
                 tpl: int) -> None:
     """Phase 1 for towers and creeps: towers defend heroes attacked by enemy heroes, then prefer
@@ -258,32 +296,16 @@ def _npc_orders(g: int, u: np.ndarray, sc: np.ndarray, P: np.ndarray, WPTS: np.n
         best = -1
         if kind == KIND_TOWER:
             r2 = reach * reach
-            best_d = 1e30
-            for v in range(nh):
-                if u[g, v, ALIVE] > 0 and u[g, v, TEAM] != team and u[g, v, HITHERO] > 0:
-                    d2 = (u[g, v, X] - x) ** 2 + (u[g, v, Y] - y) ** 2
-                    if d2 <= r2 and d2 < best_d:
-                        best_d = d2
-                        best = v
+            best = _nearest(u, g, k, 0, nh, r2, True)
             cur = int(u[g, k, TGT])
             # A creep slot may have been reused by an allied creep since the target was chosen.
             if best < 0 and cur >= 0 and u[g, cur, ALIVE] > 0 and u[g, cur, TEAM] != team:
                 if (u[g, cur, X] - x) ** 2 + (u[g, cur, Y] - y) ** 2 <= r2:
                     best = cur
             if best < 0:
-                for v in range(c0, n):
-                    if u[g, v, ALIVE] > 0 and u[g, v, TEAM] != team:
-                        d2 = (u[g, v, X] - x) ** 2 + (u[g, v, Y] - y) ** 2
-                        if d2 <= r2 and d2 < best_d:
-                            best_d = d2
-                            best = v
+                best = _nearest(u, g, k, c0, n, r2, False)
             if best < 0:
-                for v in range(nh):
-                    if u[g, v, ALIVE] > 0 and u[g, v, TEAM] != team:
-                        d2 = (u[g, v, X] - x) ** 2 + (u[g, v, Y] - y) ** 2
-                        if d2 <= r2 and d2 < best_d:
-                            best_d = d2
-                            best = v
+                best = _nearest(u, g, k, 0, nh, r2, False)
             u[g, k, TGT] = best
             if best >= 0 and u[g, k, ACD] <= 0:
                 _hit(sc, g, best, k, u[g, k, DMG], nh)
@@ -291,17 +313,25 @@ def _npc_orders(g: int, u: np.ndarray, sc: np.ndarray, P: np.ndarray, WPTS: np.n
             continue
         aggro = u[g, k, VISION]
         best_d = aggro * aggro
+        best_x = 0.0
+        best_y = 0.0
         for v in range(n):
             if u[g, v, ALIVE] == 0 or u[g, v, TEAM] == team:
                 continue
             d2 = (u[g, v, X] - x) ** 2 + (u[g, v, Y] - y) ** 2
-            if d2 <= best_d:
-                kv = u[g, v, KIND]
-                if kv == KIND_TOWER or kv == KIND_ANCIENT:
-                    if not vulnerable(u, g, v, nh, sb, tpl):
-                        continue
-                best_d = d2
-                best = v
+            if d2 > aggro * aggro:
+                continue
+            rx, ry = team_offset(int(team), u[g, v, X] - x, u[g, v, Y] - y)
+            if best >= 0 and not closer(d2, rx, ry, best_d, best_x, best_y):
+                continue
+            kv = u[g, v, KIND]
+            if kv == KIND_TOWER or kv == KIND_ANCIENT:
+                if not vulnerable(u, g, v, nh, sb, tpl):
+                    continue
+            best_d = d2
+            best_x = rx
+            best_y = ry
+            best = v
         if best >= 0:
             if best_d <= reach * reach:
                 if u[g, k, ACD] <= 0:

@@ -44,10 +44,10 @@ GAME_COLUMNS = 4
 
 # Reward components, in the order of REWARD_NAMES.
 REWARD_NAMES = ("win", "hero_death", "xp", "gold", "health", "mana", "kill", "last_hit", "deny", "tower", "ancient",
-                "gold_spent")
+                "gold_spent", "lane")
 (C_WIN, C_DEATH, C_XP, C_GOLD, C_HEALTH, C_MANA, C_KILL, C_LASTHIT, C_DENY, C_TOWER, C_ANCIENT,
- C_SPENT) = range(12)
-REWARD_COMPONENTS = 12
+ C_SPENT, C_LANE) = range(13)
+REWARD_COMPONENTS = 13
 
 # Events (float32 [games, MAX_EVENTS, EVENT_COLUMNS]): kind, x, y, a, b.
 EVENT_KINDS = ("kill", "last_hit", "deny", "tower_destroyed", "ancient_destroyed", "ability", "recall")
@@ -95,7 +95,7 @@ PARAM_NAMES = (
     "fountain_regen", "recall_cooldown", "reward_win", "reward_hero_death", "reward_xp", "reward_gold",
     "reward_health", "reward_mana", "reward_kill", "reward_last_hit", "reward_deny", "reward_ancient",
     "reward_gold_spent", "team_spirit", "steps_per_second", "version", "lanes", "heroes_per_side", "creep_slots",
-    "decay_per_step", "pos_scale",
+    "decay_per_step", "pos_scale", "reward_lane", "lane_width",
 )
 (P_MAP, P_TIME_LIMIT, P_TPL, P_TOWER_HP, P_TOWER_DMG, P_TOWER_RANGE, P_ANCIENT_HP, P_WAVE_INTERVAL,
  P_CREEPS_PER_WAVE, P_CREEP_HP, P_CREEP_DMG, P_CREEP_SPEED, P_HERO_SPEED, P_CREEP_GOLD, P_CREEP_XP,
@@ -103,7 +103,7 @@ PARAM_NAMES = (
  P_MAX_LEVEL, P_RESPAWN_BASE, P_RESPAWN_PER_LEVEL, P_ITEM_COST, P_MAX_ITEMS, P_HERO_VISION, P_CREEP_VISION,
  P_TOWER_VISION, P_FOUNTAIN_REGEN, P_RECALL_CD, P_R_WIN, P_R_DEATH, P_R_XP, P_R_GOLD, P_R_HEALTH, P_R_MANA,
  P_R_KILL, P_R_LASTHIT, P_R_DENY, P_R_ANCIENT, P_R_SPENT, P_TEAM_SPIRIT, P_SPS, P_VERSION, P_LANES, P_HPS,
- P_CREEP_SLOTS, P_DECAY_PER_STEP, P_POS_SCALE) = range(len(PARAM_NAMES))
+ P_CREEP_SLOTS, P_DECAY_PER_STEP, P_POS_SCALE, P_R_LANE, P_LANE_WIDTH) = range(len(PARAM_NAMES))
 
 # Lane waypoints for team 0 as fractions of the map side: mid, top, bottom.
 LANE_SHAPES = (

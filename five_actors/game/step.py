@@ -11,16 +11,17 @@ from numba import prange
 from five_actors.game.jit import kernel
 from five_actors.game.sim import _event, _hero_orders, _npc_orders, _refresh_hero
 from five_actors.game.state import (
-    ACD, ALIVE, DMG, C_ANCIENT, C_DEATH, C_DENY, C_GOLD, C_HEALTH, C_KILL, C_LASTHIT, C_MANA, C_SPENT, C_TOWER,
-    C_WIN, C_XP,
+    ACD, ALIVE, DMG, C_ANCIENT, C_DEATH, C_DENY, C_GOLD, C_HEALTH, C_KILL, C_LANE, C_LASTHIT, C_MANA, C_SPENT,
+    C_TOWER, C_WIN, C_XP,
     EV_ANCIENT, EV_DENY, EV_KILL, EV_LASTHIT, EV_TOWER, FOUNTAIN_RADIUS, G_DONE, G_NEXTWAVE, G_STEP, G_WINNER,
     H_CD0, H_CDRECALL, H_DEATHS, H_DENIES, H_GOLD, H_HPREGEN, H_ITEMS, H_KILLS, H_LASTHITS, H_LEVEL, H_MPREGEN,
-    H_PREVHPF, H_PREVMPF, H_RESPAWN, H_SPENT, H_XP, HASTE, HITHERO, HP, KIND, KIND_ANCIENT, KIND_CREEP,
+    H_PREVHPF, H_PREVMPF, H_RESPAWN, H_SPENT, H_TYPE, H_XP, HASTE, HITHERO, HP, KIND, KIND_ANCIENT, KIND_CREEP,
     KIND_HERO, KIND_TOWER, LANE, MANA, MAXHP, MAXMANA, NX_SCRATCH, NY_SCRATCH, P_CREEP_DMG, P_CREEP_GOLD,
     P_CREEP_HP, P_CREEP_SPEED, P_CREEP_VISION, P_CREEP_XP, P_CREEPS_PER_WAVE, P_DECAY_PER_STEP, P_DENY_XP,
-    P_FOUNTAIN_REGEN, P_HPS, P_ITEM_COST, P_KILL_GOLD, P_KILL_XP, P_LANES, P_MAX_ITEMS, P_MAX_LEVEL,
-    P_PASSIVE_GOLD, P_R_ANCIENT, P_R_DEATH, P_R_DENY, P_R_GOLD, P_R_HEALTH, P_R_KILL, P_R_LASTHIT, P_R_MANA, P_R_SPENT,
-    P_R_WIN, P_R_XP, P_RESPAWN_BASE, P_RESPAWN_PER_LEVEL, P_TEAM_SPIRIT, P_TIME_LIMIT, P_TOWER_GOLD, P_TPL,
+    P_FOUNTAIN_REGEN, P_HPS, P_ITEM_COST, P_KILL_GOLD, P_KILL_XP, P_LANE_WIDTH, P_LANES, P_MAX_ITEMS, P_MAX_LEVEL,
+    P_PASSIVE_GOLD, P_R_ANCIENT, P_R_DEATH, P_R_DENY, P_R_GOLD, P_R_HEALTH, P_R_KILL, P_R_LANE, P_R_LASTHIT,
+    P_R_MANA, P_R_SPENT, P_R_WIN, P_R_XP, P_RESPAWN_BASE, P_RESPAWN_PER_LEVEL, P_SPS, P_TEAM_SPIRIT, P_TIME_LIMIT,
+    P_TOWER_GOLD, P_TPL,
     P_WAVE_INTERVAL, P_XP_PER_LEVEL, P_XP_RADIUS, PERIOD, PREVHPF, RANGE, REWARD_COMPONENTS, SC_BEST, SC_DMG,
     SC_HASTE, SC_HEAL, SC_STUN, SPEED, STUN, TEAM, TGT, TIER, VISION, WP, X, Y, SC_BESTDMG,
 )
@@ -113,6 +114,21 @@ def _die(g: int, k: int, u: np.ndarray, h: np.ndarray, gs: np.ndarray, acc: np.n
     else:
         gs[g, G_WINNER] = other
         _event(ev, nev, g, EV_ANCIENT, x, y, killer, k)
+
+
+@kernel
+def lane_distance(x: float, y: float, WPTS: np.ndarray, team: int, lane: int) -> float:
+    """Distance from (x, y) to the path through lane `lane`'s waypoints (as `team` walks it)."""
+    best = 1e30
+    for w in range(WPTS.shape[2] - 1):
+        ax = WPTS[team, lane, w, 0]
+        ay = WPTS[team, lane, w, 1]
+        dx = WPTS[team, lane, w + 1, 0] - ax
+        dy = WPTS[team, lane, w + 1, 1] - ay
+        t = ((x - ax) * dx + (y - ay) * dy) / (dx * dx + dy * dy)
+        t = min(max(t, 0.0), 1.0)
+        best = min(best, math.sqrt((x - ax - t * dx) ** 2 + (y - ay - t * dy) ** 2))
+    return best
 
 
 @kernel
@@ -242,6 +258,10 @@ def step_game(g: int, actions: np.ndarray, u: np.ndarray, h: np.ndarray, gs: np.
         for k in range(3):
             h[g, i, H_CD0 + k] = max(0.0, h[g, i, H_CD0 + k] - 1.0)
         h[g, i, H_CDRECALL] = max(0.0, h[g, i, H_CDRECALL] - 1.0)
+        # Lane assignment by hero type, which the hero sees in its own observation.
+        lane = int(h[g, i, H_TYPE]) % int(P[P_LANES])
+        if u[g, i, ALIVE] > 0 and lane_distance(u[g, i, X], u[g, i, Y], WPTS, team, lane) > P[P_LANE_WIDTH]:
+            acc[g, i, C_LANE] += 1.0
         _gain(u, h, acc, g, i, P[P_PASSIVE_GOLD], 0.0, P, HT)
         while h[g, i, H_GOLD] >= P[P_ITEM_COST] and h[g, i, H_ITEMS] < P[P_MAX_ITEMS]:
             h[g, i, H_GOLD] -= P[P_ITEM_COST]
@@ -300,6 +320,7 @@ def _rewards(g: int, u: np.ndarray, h: np.ndarray, gs: np.ndarray, acc: np.ndarr
         comps[row, C_TOWER] = acc[g, i, C_TOWER]
         comps[row, C_ANCIENT] = acc[g, i, C_ANCIENT]
         comps[row, C_SPENT] = acc[g, i, C_SPENT] * P[P_R_SPENT]
+        comps[row, C_LANE] = acc[g, i, C_LANE] * P[P_R_LANE] / P[P_SPS]
         shaped = 0.0
         for c in range(REWARD_COMPONENTS):
             if c != C_WIN:

@@ -16,7 +16,7 @@ from five_actors.actors.inference import LATEST, InferenceActor
 from five_actors.actors.messages import GetStats, InferRequest, PublishParams, Rollout
 from five_actors.actors.param_server import ParamServerActor
 from five_actors.actors.params import initial_policy, model_spec, state_arrays
-from five_actors.config import Config, from_mapping
+from five_actors.config import Config, from_mapping, load_config
 from five_actors.errors import RemoteError
 from five_actors.model.ppo import gae
 from five_actors.model.policy import Policy
@@ -182,6 +182,13 @@ async def test_a_request_of_another_arch_or_shape_is_refused_with_a_clear_error(
     with pytest.raises(RemoteError, match="policy version 7 is not available: .*unknown parameter version 7"):
         await ref.ask(InferRequest(good.obs, masks, good.h, good.c, np.full(rows, 7, np.int64), spec.hash))
     assert (await ref.ask(good)).arch == spec.hash, "the actor goes on after refusing"
+
+
+def test_the_default_inference_cache_holds_every_opponent_pool_version() -> None:
+    """A smaller cache than the versions the games play makes every batch fetch past versions again."""
+    for name in ("default", "cluster"):
+        training = load_config(name).training
+        assert training.inference_cache_versions >= training.pool_max_versions, name
 
 
 def test_row_versions_put_each_games_past_opponent_on_its_side() -> None:

@@ -14,7 +14,7 @@ from five_actors.game.env import LaneGame
 from five_actors.game.match import team_rows
 from five_actors.game.spec import action_spec, obs_spec
 from five_actors.game.state import (
-    A_ATTACK, A_MOVE, ALIVE, DMG, H_GOLD, H_ITEMS, HP, KIND, KIND_CREEP, MAXHP, TEAM, TGT, X, Y, fountains,
+    A_ATTACK, A_MOVE, ALIVE, DMG, H_GOLD, H_ITEMS, H_RESPAWN, HP, KIND, KIND_CREEP, MAXHP, TEAM, TGT, X, Y, fountains,
     structure_positions,
 )
 
@@ -372,3 +372,51 @@ def test_the_shop_buys_an_item_once_a_hero_can_afford_it(env: LaneGame) -> None:
     assert h[0, H_ITEMS] == 1.0 and h[0, H_GOLD] < 1.0 and u[0, DMG] > damage
     assert step.infos["reward/gold_spent"][0] == pytest.approx(CFG.item_cost * CFG.reward_gold_spent, rel=1e-3)
     assert step.infos["reward/gold_spent"][1] == 0.0
+
+
+def test_a_hero_outside_its_assigned_lane_pays_the_lane_reward() -> None:
+    """Lane = hero type index mod lanes (fixed draft: hero j of a team is type j): knight and priest
+    mid, ranger and brute top, mage bottom."""
+    env = LaneGame(dataclasses.replace(CFG, games_per_batch=1))
+    env.reset()
+    u = env.state.units[0]
+    S = CFG.map_size
+    places = {0: (50.0, 50.0), 1: (50.0, 50.0), 2: (60.0, 10.0), 3: (40.0, 60.0),
+              HPS + 1: (10.0, 70.0), HPS + 2: (S - 10.0, S - 60.0)}  # fmt: skip
+    for hero, (x, y) in places.items():
+        u[hero, X], u[hero, Y] = x, y
+    u[4, ALIVE], u[4, HP] = 0.0, 0.0  # a dead hero is in no lane and pays nothing
+    env.state.heroes[0, 4, H_RESPAWN] = 10.0
+    step = env.step(noop(env))
+    lane = step.infos["reward/lane"]
+    per_step = CFG.reward_lane / CFG.steps_per_second
+    outside = {1, 3, HPS, HPS + 3, HPS + 4}  # ranger and priest on mid, heroes left at the fountain
+    for hero in range(2 * HPS):
+        expected = per_step if hero in outside else 0.0
+        assert lane[hero] == pytest.approx(expected, rel=1e-3), f"hero {hero}"
+    off = LaneGame(dataclasses.replace(CFG, games_per_batch=1, reward_lane=0.0))
+    off.reset()
+    assert not off.step(noop(off)).infos["reward/lane"].any()
+
+
+def test_creep_waves_alone_fight_mirror_alike_and_draw() -> None:
+    """With every hero idle the two sides are mirror images for the whole game: no side wins by
+    the order units are stored in (creeps and towers pick among equally near enemies alike)."""
+    env = LaneGame(dataclasses.replace(CFG, games_per_batch=1))
+    env.reset()
+    u = env.state.units[0]
+    first_creep, S = creep_slot(env), CFG.map_size
+    for step_no in range(1, CFG.time_limit_steps + 1):
+        step = env.step(noop(env))
+        if step.dones.any():
+            break
+        creeps = u[first_creep:][u[first_creep:, ALIVE] > 0]
+        own, other = creeps[creeps[:, TEAM] == 0], creeps[creeps[:, TEAM] == 1]
+        mirrored = np.stack([S - other[:, Y], S - other[:, X], other[:, HP]], axis=1)
+        assert len(own) == len(mirrored), f"step {step_no}"
+        for x, y, hp in own[:, [X, Y, HP]]:
+            gaps = np.abs(mirrored - (x, y, hp)).max(axis=1)
+            assert gaps.min() < 0.05, f"step {step_no}: team 0's creep at ({x:.2f}, {y:.2f}) has no mirror image"
+        structures = u[2 * HPS : first_creep, HP]
+        np.testing.assert_allclose(structures[:SB], structures[SB:], err_msg=f"step {step_no}")
+    assert step_no == CFG.time_limit_steps and env.results[-1]["winner"] == -1

@@ -36,6 +36,7 @@ def test_a_config_file_sets_the_game(tmp_path: Path) -> None:
         ('game.hero_types=["wizard"]', "wizard"),
         ("game.team_spirit=1.5", "game.team_spirit"),
         ("game.draft=sometimes", "game.draft"),
+        ("game.lane_width=0", "game.lane_width"),
     ],
 )
 def test_impossible_values_are_refused(tmp_path: Path, setting: str, named: str) -> None:

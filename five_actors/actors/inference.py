@@ -113,6 +113,8 @@ class InferenceActor(Actor):
         self._ready = asyncio.Event()
         self._fetching: asyncio.Task[None] | None = None
         self._wanted = LATEST
+        self._announcements = 0
+        """ParamsAvailable messages heard: tells a fetch whether one came while it ran."""
         self.forwards = 0
         self.rows = 0
         self.requests = 0
@@ -169,6 +171,7 @@ class InferenceActor(Actor):
         if msg.version <= self.version and msg.arch == self.arch:
             return
         self._wanted = max(self._wanted, msg.version)
+        self._announcements += 1
         if self.policy is not None:  # before the first parameters, the subscribe loop fetches them
             self._fetch_announced()
 
@@ -179,14 +182,17 @@ class InferenceActor(Actor):
     async def _fetch_wanted(self) -> None:
         """Fetch the newest announced version; announcements during the fetch are coalesced."""
         while self._wanted > self.version:
-            held = self.version
+            held, heard = self.version, self._announcements
             try:
                 await self._fetch_latest(LATEST)
             except FiveActorsError as exc:
                 self.log.warning("params_fetch_failed", version=self._wanted, error=str(exc))
                 return
-            if self.version == held:
-                return  # the server's latest is not newer after all (it restarted from a checkpoint)
+            if self.version == held and self._announcements == heard:
+                # The server's latest is not newer after all (it restarted from a checkpoint): forget
+                # what its earlier incarnation announced, or that would hide the versions it publishes next.
+                self._wanted = self.version
+                return
 
     async def _fetch_latest(self, version: int, force: bool = False) -> None:
         """Fetch `version` (-1: the latest) and make it the latest held, unless older (or `force`)."""

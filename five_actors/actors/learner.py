@@ -476,7 +476,7 @@ class LearnerActor(Actor):
     def _buffer_stats(self) -> dict[str, Any]:
         """The experience buffer's reuse, throughput and chunk accounting."""
         accounting = self.buffer.accounting()
-        accounting["chunks_waiting"] += sum(_rows(m) for m in self._pending)  # held until the group forms: waiting too
+        accounting["chunks_waiting"] += sum(_rows(m) for m in self._pending)  # held until the group forms or switches: waiting too
         return {
             "sample_reuse": round(self.buffer.reuse(), 4),
             "samples_per_s": round(self.buffer.consumed_per_s(), 1),

@@ -6,21 +6,18 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.actors.test_system import START, Run, _metric, _version, start
+from tests.actors.test_system import START, _metric, _version, start
 from tests.supervisor.cluster import REPO, actor, log_events, wait_until
-from tests.surgery.test_live import FATES, post
+from tests.surgery.test_live import metric, post, settled_chunk_counts
 
 pytestmark = pytest.mark.timeout(400)
 
 LEARNER_0 = "/root/learners/learner-0"
 LEARNER_1 = "/root/learners/learner-1"
-GAME = "/root/rollouts/game-0"
 
 
 def two_learner_config(where: Path) -> Path:
@@ -61,7 +58,7 @@ def test_two_learners_train_switch_architecture_together_and_a_killed_rank_resta
         status, report = post(f"{run.url}/surgery", {"ops": ["widen-lstm", "48"], "probe_steps": 32}, token)
         assert status == 200, report
         new_arch, swapped_at = report["changes"]["architecture"]["to"], report["version_to"]
-        wait_until(lambda: all(_progress(run, path, "arch") == new_arch for path in (LEARNER_0, LEARNER_1)),
+        wait_until(lambda: all(metric(run.url, path, "arch", "progress") == new_arch for path in (LEARNER_0, LEARNER_1)),
                    timeout=120, what="both ranks on the new architecture")  # fmt: skip
         wait_until(lambda: _version(run.url) >= swapped_at + 2, timeout=120, what="versions advancing after the swap")
         view = run.view()
@@ -69,9 +66,7 @@ def test_two_learners_train_switch_architecture_together_and_a_killed_rank_resta
         assert len(log_events(run_dir, "learner_arch_adopted")) == 2 and not log_events(run_dir, "learner_group_stopped")
         # Every chunk the game made is trained, refused, dropped, evicted or waiting on one of the ranks (or lost,
         # counted by the game), at a moment when none is in flight.
-        deadline = time.monotonic() + 60
-        while (counts := _chunk_counts(run))["made"] != counts["accounted"] and time.monotonic() < deadline:
-            time.sleep(0.1)
+        counts = settled_chunk_counts(run.url, (LEARNER_0, LEARNER_1))
         assert counts["made"] == counts["accounted"] > 0, counts
 
         view = run.view()
@@ -93,19 +88,3 @@ def test_two_learners_train_switch_architecture_together_and_a_killed_rank_resta
         assert _metric(restarted, LEARNER_0, "version") >= version
     finally:
         run.proc.kill()
-
-
-def _progress(run: Run, path: str, name: str) -> Any:
-    return (actor(run.view(), path).get("status") or {}).get("progress", {}).get(name)
-
-
-def _chunk_counts(run: Run) -> dict[str, int]:
-    """The game's chunks made and lost, and both ranks' chunks by fate, from one /actors view."""
-    view = run.view()
-    game = _metrics(view, GAME)
-    accounted = game["game_chunks_lost"] + sum(_metrics(view, path)[fate] for path in (LEARNER_0, LEARNER_1) for fate in FATES)
-    return {"made": game["game_chunks_made"], "accounted": accounted}
-
-
-def _metrics(view: dict[str, Any], path: str) -> dict[str, Any]:
-    return (actor(view, path).get("status") or {}).get("metrics", {})

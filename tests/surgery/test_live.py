@@ -126,9 +126,7 @@ def test_widen_lstm_then_add_observation_and_training_goes_on(run: Run) -> None:
     assert metric(run.url, GAME, "game_steps_dropped_arch") <= 2
     assert metric(run.url, LEARNER, "chunks_converted") > 0
     # At a moment when no chunk is in flight every chunk the game made is exactly one of these.
-    deadline = time.monotonic() + 60
-    while (counts := chunk_counts(run.url))["made"] != counts["accounted"] and time.monotonic() < deadline:
-        time.sleep(0.1)
+    counts = settled_chunk_counts(run.url)
     assert counts["made"] == counts["accounted"] > 0, counts
 
 
@@ -149,9 +147,17 @@ def test_game_version_and_its_new_action_are_annealed_in(run: Run) -> None:
 FATES = ("chunks_trained", "chunks_refused", "chunks_dropped_stale", "chunks_dropped_arch", "chunks_evicted_unused", "chunks_waiting")
 
 
-def chunk_counts(url: str) -> dict[str, int]:
-    """The game's chunks made and lost and the learner's chunks by fate, from one /actors view."""
+def chunk_counts(url: str, learners: tuple[str, ...] = (LEARNER,)) -> dict[str, int]:
+    """The game's chunks made and lost and the learners' chunks by fate (summed over `learners`), from one /actors view."""
     view = {a["path"]: (a.get("status") or {}).get("metrics", {}) for a in get(f"{url}/actors")[1]["actors"]}
-    counts = {name: view[LEARNER][name] for name in FATES}
+    counts = {name: sum(view[path][name] for path in learners) for name in FATES}
     counts["lost"] = view[GAME]["game_chunks_lost"]
     return {"made": view[GAME]["game_chunks_made"], "accounted": sum(counts.values()), **counts}
+
+
+def settled_chunk_counts(url: str, learners: tuple[str, ...] = (LEARNER,), timeout: float = 60.0) -> dict[str, int]:
+    """chunk_counts at a moment no chunk is in flight (made == accounted), or the last seen after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while (counts := chunk_counts(url, learners))["made"] != counts["accounted"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return counts

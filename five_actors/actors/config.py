@@ -70,6 +70,10 @@ class TrainingConfig:
     """Frozen past versions the EvalActor also plays in each round (besides the random and scripted bots)."""
     surgery_anneal_versions: int = 100
     """Parameter versions over which a live surgery's added action types and new game version grow from 0 to all games."""
+    surgery_lr_hold_steps: int = 32
+    """Optimizer steps after a live surgery with the learning rate at 0, so that Adam's moments of the
+    new weights settle before they move (the paper held it at 0 for a while; fresh moments would give
+    the new weights about three times the step size of the old ones)."""
     surgery_revert_trueskill: float = 5.0
     """A change being annealed in goes back to share 0 when the latest version's TrueSkill falls this far below its value at the surgery."""
     rendezvous_host: str = "127.0.0.1"
@@ -85,7 +89,7 @@ class TrainingConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("gae_window", "max_staleness", "eval_past_versions", "inference_deadline_ms", "inference_torch_threads",
-                     "learner_torch_threads", "surgery_revert_trueskill"):
+                     "learner_torch_threads", "surgery_revert_trueskill", "surgery_lr_hold_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.past_opponent_share <= 1.0:

@@ -112,6 +112,8 @@ class GameActor(Actor):
         self.buffer: list[StepRecord] = []
         self.announced_arch: str | None = None
         """The architecture the ParamServer announced, while it differs from the one played."""
+        self.latest_version = 0
+        """The newest parameter version announced: the game's team spirit follows it (game.team_spirit)."""
         self.anneal: dict[str, float] = {}
         """The share of games in which each change of a live surgery is in use (the latest announcement's)."""
         self.annealed_taken: dict[str, int] = {}
@@ -281,6 +283,8 @@ class GameActor(Actor):
 
     async def on_params_available(self, msg: ParamsAvailable) -> None:
         self.announced_arch = msg.arch if msg.arch != self.arch else None
+        self.latest_version = max(self.latest_version, msg.version)
+        self.game.follow_version(self.latest_version)
         anneal = {str(k): float(v) for k, v in dict(msg.anneal).items()}
         if anneal != self.anneal:
             self.log.info("anneal_shares", version=msg.version, shares=anneal)
@@ -333,6 +337,7 @@ class GameActor(Actor):
         self.arch_switches += 1
         if spec.obs.version != self.game.config.version:
             self.game = await asyncio.to_thread(LaneGame, dataclasses.replace(self.game.config, version=spec.obs.version))
+            self.game.follow_version(self.latest_version)
             obs, masks = await asyncio.to_thread(self.game.reset, self.seed)
             h = np.zeros((self.game.num_rows, spec.lstm_size), np.float32)
             c = np.zeros_like(h)
@@ -454,6 +459,7 @@ class GameActor(Actor):
             "past_opponent_games_as_team1": self.past_games_by_side[1],
             "match_results": self.match_results,
             "rewards": dict(self.reward_totals),
+            "team_spirit": self.game.team_spirit if hasattr(self, "game") else None,
             "anneal": dict(self.anneal),
             "annealed_taken": dict(self.annealed_taken),
         }

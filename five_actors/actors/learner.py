@@ -16,6 +16,8 @@ Each round, on a thread of its own so Rollouts keep arriving:
    buffer (plus a flag per rank whose loss was finite) and divided by N; PPO's per-parameter
    clipping; Adam;
 4. rank 0 folds the fresh observations into the observation normaliser and broadcasts it;
+   the learning rate and entropy coefficient follow their schedules over versions (ppo.*), the
+   rate held at 0 for `surgery_lr_hold_steps` after an architecture switch;
 5. every `publish_every` steps the version advances; rank 0 sends PublishParams (and, every
    `checkpoint_every` versions, OptimizerState) to the ParamServer.
 
@@ -160,6 +162,8 @@ class LearnerActor(Actor):
         """The newest architecture the ParamServer announced that this learner has not switched to."""
         self.previous_spec: ModelSpec | None = None
         """The architecture a live surgery replaced: its chunks are converted, not refused."""
+        self.hold_until = 0
+        """Steps before which the learning rate is held at 0 (after a surgery: training.surgery_lr_hold_steps)."""
 
     # -- start ----------------------------------------------------------------------------
 
@@ -246,6 +250,7 @@ class LearnerActor(Actor):
         self._build(spec, start)
         old = self.spec
         self.spec, self.arch, self.previous_spec = spec, spec.hash, old
+        self.hold_until = self.steps + self.training.surgery_lr_hold_steps
         self.version, self.base_steps = start["version"], start["learner_steps"] - self.steps
         return self.buffer.convert(old, spec)
 
@@ -400,9 +405,11 @@ class LearnerActor(Actor):
         if self.rank == 0 and fresh.any():
             self.policy.value_norm.update(batch.returns[:, fresh])
         self._broadcast_buffers()
+        self.ppo.follow_version(self.version, 0.0 if self.steps < self.hold_until else 1.0)
         terms, stats = self.ppo.loss(batch)
+        stats.update(learning_rate=self.ppo.learning_rate, entropy_coef=self.ppo.entropy_coef)
         finite = all(bool(torch.isfinite(v)) for v in terms.values())
-        total = terms["policy"] + self.config.ppo.value_loss_weight * terms["value"] - self.config.ppo.entropy_coef * terms["entropy"]
+        total = self.ppo.total_loss(terms)
         self.ppo.optimizer.zero_grad(set_to_none=False)
         if finite:
             total.backward()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from five_actors.schedule import Schedule, check_schedule, schedule_value
+
 HERO_TYPE_NAMES: tuple[str, ...] = ("knight", "ranger", "mage", "priest", "brute")
 """The built-in hero types (their stats live in five_actors.game.state.HERO_TABLE)."""
 
@@ -30,7 +32,8 @@ class GameConfig:
     steps_per_second: float = 7.5
     """Game steps per second of game time (OpenAI Five: 0.133 s per step)."""
     time_limit_steps: int = 2400
-    """Steps before the game ends; the team whose ancient has more health wins the tie-break."""
+    """Steps before the game ends undecided: then the team that destroyed more enemy towers wins, then
+    the one whose ancient lost less health; otherwise it is a draw."""
     towers_per_lane: int = 2
     """Towers per lane per side; tier 0 is the outermost, each tier is invulnerable until the one before falls."""
     tower_hp: float = 1400.0
@@ -91,8 +94,9 @@ class GameConfig:
     """Vision (and aggro) radius of a creep."""
     tower_vision: float = 12.0
     """Vision radius of a tower or ancient."""
-    fountain_regen: float = 0.03
-    """Fraction of max health and mana regained per step within 10 units of the own fountain."""
+    fountain_regen: float = 0.015
+    """Fraction of max health and mana regained per step within 10 units of the own fountain (0.015:
+    11% a second, a full heal in 9 s; it was 0.03, a heal in 4.4 s)."""
     recall_cooldown: int = 300
     """Cooldown of the v2 `recall` action (teleport to the own fountain)."""
     creep_slots: int = 8
@@ -106,7 +110,8 @@ class GameConfig:
     reward_gold: float = 0.006
     """Reward per gold gained."""
     reward_health: float = 2.0
-    """Reward per fraction of own health gained (negative when hurt)."""
+    """Reward per unit of the health score (x + 1 - (1 - x)^4) / 2 of the own health fraction x gained
+    (negative when hurt): chip damage costs little, damage near death much (the paper's scoring)."""
     reward_mana: float = 0.75
     """Reward per fraction of own mana gained."""
     reward_kill: float = -0.6
@@ -127,8 +132,9 @@ class GameConfig:
     type one-hot); the fountain counts as outside every lane."""
     lane_width: float = 8.0
     """Distance from a lane's path (its waypoints, own base end to enemy base end) within which a hero is in it."""
-    team_spirit: float = 0.3
-    """Team spirit tau: r_i = (1 - tau) * own_i + tau * team mean."""
+    team_spirit: Schedule = ((0.0, 0.3), (3000.0, 1.0))
+    """Team spirit tau: r_i = (1 - tau) * own_i + tau * team mean; a schedule over parameter versions
+    (the paper annealed it from 0.3 to 1.0 over training; the GameActor follows the version it plays)."""
     time_decay: float = 0.6
     """Shaped rewards are multiplied by time_decay ** (game minutes / time_decay_minutes)."""
     time_decay_minutes: float = 10.0
@@ -173,12 +179,15 @@ class GameConfig:
             raise ValueError(f"game.draft must be 'random' or 'fixed', got {self.draft!r}")
         if not self.reward_tower:
             raise ValueError("game.reward_tower must hold at least one value")
-        if not 0.0 <= self.team_spirit <= 1.0:
-            raise ValueError(f"game.team_spirit must be within [0, 1], got {self.team_spirit}")
+        check_schedule("game.team_spirit", self.team_spirit, 0.0, 1.0)
         if not 0.0 < self.time_decay <= 1.0:
             raise ValueError(f"game.time_decay must be within (0, 1], got {self.time_decay}")
         if not 0.0 <= self.deny_xp_fraction <= 1.0:
             raise ValueError(f"game.deny_xp_fraction must be within [0, 1], got {self.deny_xp_fraction}")
+
+    def team_spirit_at(self, version: int) -> float:
+        """Team spirit at parameter version `version`."""
+        return schedule_value(self.team_spirit, version)
 
     @property
     def heroes_per_game(self) -> int:

@@ -21,7 +21,7 @@ from five_actors.game.spec import action_spec, obs_spec
 from five_actors.game.state import (
     ALIVE, EVENT_KINDS, G_DONE, G_STEP, G_WINNER, H_DEATHS, H_DENIES, H_KILLS, H_LASTHITS, H_LEVEL, H_TYPE, HP,
     KIND, MAXHP, REWARD_COMPONENTS, REWARD_NAMES, SCRATCH_COLUMNS, TEAM, X, Y, GameState,
-    fountains, hero_tables, lane_waypoints, pack_params, structure_positions,
+    P_TEAM_SPIRIT, fountains, hero_tables, lane_waypoints, pack_params, structure_positions,
 )
 from five_actors.game.sim import reset_game
 from five_actors.game.step import step_all, step_serial
@@ -78,6 +78,8 @@ class LaneGame:
         """One dict per finished game (game, winner, steps, reason, totals), oldest first; the
         latest RESULTS_KEPT are kept, and the caller may clear it."""
         self._threads = cfg.numba_threads or numba.config.NUMBA_NUM_THREADS
+        self.team_spirit = cfg.team_spirit_at(0)
+        """The team spirit the rewards use now (`follow_version` moves it along game.team_spirit)."""
         # One thread runs (and compiles) the serial kernels: no parallel launch per step.
         self._step_kernel = step_serial if self._threads == 1 else step_all
         self._observe_kernel = observe_serial if self._threads == 1 else observe_all
@@ -99,6 +101,11 @@ class LaneGame:
         s = self.state
         reset_game(g, self._draft(), s.units, s.heroes, s.seen, s.game, self._params, self._stats,
                    self._structures, self._fountains)
+
+    def follow_version(self, version: int) -> None:
+        """Use the team spirit of parameter version `version` (game.team_spirit) from the next step on."""
+        self.team_spirit = self.config.team_spirit_at(version)
+        self._params[P_TEAM_SPIRIT] = self.team_spirit
 
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Start every game afresh (reseeding the drafts when `seed` is given); returns (obs, masks)."""
@@ -199,10 +206,14 @@ class LaneGame:
         return bool(u[g, nh + sb - 1, ALIVE] == 0 or u[g, nh + 2 * sb - 1, ALIVE] == 0)
 
     def game_stats(self, game: int) -> dict[str, Any]:
-        """Per-team totals of a game so far: kills, deaths, last hits, denies, mean level."""
+        """Per-team totals of a game so far: kills, deaths, last hits, denies, towers destroyed, mean level."""
         h = self.state.heroes[game]
         hps = self._hps
         out: dict[str, Any] = {}
+        alive = self.state.units[game, 2 * hps :, ALIVE]
+        towers = self._sb - 1
+        # A team's count is the enemy towers it destroyed.
+        out["towers"] = [int((alive[self._sb : self._sb + towers] == 0).sum()), int((alive[:towers] == 0).sum())]
         for name, col in (("kills", H_KILLS), ("deaths", H_DEATHS), ("last_hits", H_LASTHITS), ("denies", H_DENIES)):
             out[name] = [int(h[:hps, col].sum()), int(h[hps:, col].sum())]
         out["mean_level"] = [float(h[:hps, H_LEVEL].mean()), float(h[hps:, H_LEVEL].mean())]

@@ -307,9 +307,11 @@ def _masks(g: int, i: int, row: int, u: np.ndarray, h: np.ndarray, vis: np.ndarr
                 continue
             if u[g, k, TEAM] != team or obs[row, off_creep + c * w_creep + 7] > 0:
                 mtarget[row, A_ATTACK, s_creep + c] = True
+        # An enemy structure is a target once it is within the hero's vision, not from across the map.
+        sight2 = u[g, i, VISION] ** 2
         for q in range(sb, 2 * sb):
             k = slot_unit[row, s_struct + q]
-            if vuln[k - 2 * hps]:
+            if vuln[k - 2 * hps] and (u[g, k, X] - u[g, i, X]) ** 2 + (u[g, k, Y] - u[g, i, Y]) ** 2 <= sight2:
                 mtarget[row, A_ATTACK, s_struct + q] = True
         for a in range(3):
             if h[g, i, H_CD0 + a] > 0 or u[g, i, MANA] < AB[t, a, AB_COST]:

@@ -133,7 +133,8 @@ def closer(d2: float, rx: float, ry: float, other_d2: float, other_x: float, oth
     are ordered by the offset in the viewer's own frame, so that mirrored units choose alike on both sides."""
     if abs(d2 - other_d2) > 1e-3:
         return d2 < other_d2
-    return rx < other_x - 1e-3 or (abs(rx - other_x) <= 1e-3 and ry < other_y)
+    # Units stacked on one spot (a creep wave at a waypoint) differ by rounding alone: none comes first.
+    return rx < other_x - 1e-3 or (abs(rx - other_x) <= 1e-3 and ry < other_y - 1e-3)
 
 
 @kernel
@@ -277,10 +278,51 @@ def _nearest(u: np.ndarray, g: int, k: int, lo: int, hi: int, r2: float, hit_her
 
 
 @kernel
+def _npc_target(u: np.ndarray, g: int, k: int, r2: float, nh: int, sb: int, tpl: int, c0: int, structures: bool) -> int:
+    """What tower or creep `k` fights within squared range `r2` (or -1), as Dota's choose: an enemy
+    hero that hit an allied hero this step; else its current target while that is still an enemy in
+    range; else the nearest enemy creep, then (creeps: `structures`) attackable structure, then hero.
+    Creeps that prefer creeps and keep their target let a hero stand in lane without drawing fire."""
+    best = _nearest(u, g, k, 0, nh, r2, True)
+    cur = int(u[g, k, TGT])
+    if best < 0 and cur >= 0 and u[g, cur, ALIVE] > 0 and u[g, cur, TEAM] != u[g, k, TEAM]:
+        if (u[g, cur, X] - u[g, k, X]) ** 2 + (u[g, cur, Y] - u[g, k, Y]) ** 2 <= r2:
+            best = cur
+    if best < 0:
+        best = _nearest(u, g, k, c0, u.shape[1], r2, False)
+    if best < 0 and structures:
+        best = _nearest_structure(u, g, k, nh, sb, tpl, r2)
+    if best < 0:
+        best = _nearest(u, g, k, 0, nh, r2, False)
+    u[g, k, TGT] = best
+    return best
+
+
+@kernel
+def _nearest_structure(u: np.ndarray, g: int, k: int, nh: int, sb: int, tpl: int, r2: float) -> int:
+    """The nearest enemy structure of unit `k` within squared range `r2` that can be attacked, or -1."""
+    team = int(u[g, k, TEAM])
+    best = -1
+    best_d = 0.0
+    best_x = 0.0
+    best_y = 0.0
+    for v in range(nh, nh + 2 * sb):
+        if u[g, v, ALIVE] == 0 or u[g, v, TEAM] == team or not vulnerable(u, g, v, nh, sb, tpl):
+            continue
+        d2 = (u[g, v, X] - u[g, k, X]) ** 2 + (u[g, v, Y] - u[g, k, Y]) ** 2
+        if d2 > r2:
+            continue
+        rx, ry = team_offset(team, u[g, v, X] - u[g, k, X], u[g, v, Y] - u[g, k, Y])
+        if best < 0 or closer(d2, rx, ry, best_d, best_x, best_y):
+            best, best_d, best_x, best_y = v, d2, rx, ry
+    return best
+
+
+@kernel
 def _npc_orders(g: int, u: np.ndarray, sc: np.ndarray, P: np.ndarray, WPTS: np.ndarray, nh: int, sb: int,
                 tpl: int) -> None:
-    """Phase 1 for towers and creeps: towers defend heroes attacked by enemy heroes, then prefer
-    their current target, creeps, heroes; creeps fight the nearest enemy they see or walk their lane."""
+    """Phase 1 for towers and creeps: each fights what `_npc_target` picks in its range (a creep:
+    its aggro range, the creep vision), or a creep walks its lane."""
     n = u.shape[1]
     c0 = nh + 2 * sb
     for k in range(nh, n):
@@ -293,47 +335,15 @@ def _npc_orders(g: int, u: np.ndarray, sc: np.ndarray, P: np.ndarray, WPTS: np.n
         x = u[g, k, X]
         y = u[g, k, Y]
         reach = u[g, k, RANGE]
-        best = -1
         if kind == KIND_TOWER:
-            r2 = reach * reach
-            best = _nearest(u, g, k, 0, nh, r2, True)
-            cur = int(u[g, k, TGT])
-            # A creep slot may have been reused by an allied creep since the target was chosen.
-            if best < 0 and cur >= 0 and u[g, cur, ALIVE] > 0 and u[g, cur, TEAM] != team:
-                if (u[g, cur, X] - x) ** 2 + (u[g, cur, Y] - y) ** 2 <= r2:
-                    best = cur
-            if best < 0:
-                best = _nearest(u, g, k, c0, n, r2, False)
-            if best < 0:
-                best = _nearest(u, g, k, 0, nh, r2, False)
-            u[g, k, TGT] = best
+            best = _npc_target(u, g, k, reach * reach, nh, sb, tpl, c0, False)
             if best >= 0 and u[g, k, ACD] <= 0:
                 _hit(sc, g, best, k, u[g, k, DMG], nh)
                 u[g, k, ACD] = u[g, k, PERIOD]
             continue
-        aggro = u[g, k, VISION]
-        best_d = aggro * aggro
-        best_x = 0.0
-        best_y = 0.0
-        for v in range(n):
-            if u[g, v, ALIVE] == 0 or u[g, v, TEAM] == team:
-                continue
-            d2 = (u[g, v, X] - x) ** 2 + (u[g, v, Y] - y) ** 2
-            if d2 > aggro * aggro:
-                continue
-            rx, ry = team_offset(int(team), u[g, v, X] - x, u[g, v, Y] - y)
-            if best >= 0 and not closer(d2, rx, ry, best_d, best_x, best_y):
-                continue
-            kv = u[g, v, KIND]
-            if kv == KIND_TOWER or kv == KIND_ANCIENT:
-                if not vulnerable(u, g, v, nh, sb, tpl):
-                    continue
-            best_d = d2
-            best_x = rx
-            best_y = ry
-            best = v
+        best = _npc_target(u, g, k, u[g, k, VISION] ** 2, nh, sb, tpl, c0, True)
         if best >= 0:
-            if best_d <= reach * reach:
+            if (u[g, best, X] - x) ** 2 + (u[g, best, Y] - y) ** 2 <= reach * reach:
                 if u[g, k, ACD] <= 0:
                     _hit(sc, g, best, k, u[g, k, DMG], nh)
                     u[g, k, ACD] = u[g, k, PERIOD]

@@ -130,6 +130,7 @@ def pack_params(cfg: GameConfig) -> np.ndarray:
     minutes_per_step = 1.0 / (cfg.steps_per_second * 60.0)
     values["decay_per_step"] = minutes_per_step * np.log(cfg.time_decay) / cfg.time_decay_minutes
     values["pos_scale"] = cfg.map_size / 2.0
+    values["team_spirit"] = cfg.team_spirit_at(0)
     return np.array([float(values[name]) for name in PARAM_NAMES], dtype=np.float64)
 
 

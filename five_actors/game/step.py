@@ -135,6 +135,7 @@ def lane_distance(x: float, y: float, WPTS: np.ndarray, team: int, lane: int) ->
 def _spawn_wave(g: int, u: np.ndarray, P: np.ndarray, WPTS: np.ndarray, c0: int) -> None:
     """One wave: creeps_per_wave creeps per lane per side at the lane's start, into free creep slots."""
     n = u.shape[1]
+    nh_plus = 2 * int(P[P_HPS])  # towers and creeps hold targets
     slot = c0
     for lane in range(int(P[P_LANES])):
         for j in range(int(P[P_CREEPS_PER_WAVE])):
@@ -149,6 +150,10 @@ def _spawn_wave(g: int, u: np.ndarray, P: np.ndarray, WPTS: np.ndarray, c0: int)
                 dy = WPTS[team, lane, 1, 1] - sy
                 d = math.sqrt(dx * dx + dy * dy)
                 back = 3.0 + 1.2 * j
+                # A reused slot is a new unit: whoever targeted the one that died there forgets it.
+                for v in range(nh_plus, n):
+                    if u[g, v, TGT] == slot:
+                        u[g, v, TGT] = -1.0
                 u[g, slot] = 0.0
                 u[g, slot, X] = sx + dx / d * back
                 u[g, slot, Y] = sy + dy / d * back
@@ -276,21 +281,28 @@ def step_game(g: int, actions: np.ndarray, u: np.ndarray, h: np.ndarray, gs: np.
         _spawn_wave(g, u, P, WPTS, c0)
         gs[g, G_NEXTWAVE] += P[P_WAVE_INTERVAL]
     if gs[g, G_WINNER] < 0 and step_no >= P[P_TIME_LIMIT]:
-        a0 = u[g, nh + sb - 1, HP] / u[g, nh + sb - 1, MAXHP]
-        a1 = u[g, nh + 2 * sb - 1, HP] / u[g, nh + 2 * sb - 1, MAXHP]
-        if a0 == a1:
-            # Tie-break on ancient health, then on the towers' health.
-            a0 = a1 = 0.0
-            for s in range(sb - 1):
-                a0 += u[g, nh + s, HP] / u[g, nh + s, MAXHP]
-                a1 += u[g, nh + sb + s, HP] / u[g, nh + sb + s, MAXHP]
+        # Decided by structures: more enemy towers destroyed, then the healthier ancient; else a draw.
+        lost0 = lost1 = 0.0
+        for s in range(sb - 1):
+            lost0 += 1.0 - u[g, nh + s, ALIVE]
+            lost1 += 1.0 - u[g, nh + sb + s, ALIVE]
+        if lost0 == lost1:
+            lost0 = 1.0 - u[g, nh + sb - 1, HP] / u[g, nh + sb - 1, MAXHP]
+            lost1 = 1.0 - u[g, nh + 2 * sb - 1, HP] / u[g, nh + 2 * sb - 1, MAXHP]
         gs[g, G_DONE] = 1.0
-        if a0 != a1:
-            gs[g, G_WINNER] = 0.0 if a0 > a1 else 1.0
+        if lost0 != lost1:
+            gs[g, G_WINNER] = 0.0 if lost0 < lost1 else 1.0
     elif gs[g, G_WINNER] >= 0:
         gs[g, G_DONE] = 1.0
 
     _rewards(g, u, h, gs, acc, rewards, comps, P, nh, hps)
+
+
+@kernel
+def health_score(x: float) -> float:
+    """OpenAI Five's score of a health fraction x, (x + 1 - (1 - x)^4) / 2: 0 at death, 1 at full
+    health; losing health near full costs half as much as linear scoring, near death 2.5 times."""
+    return (x + 1.0 - (1.0 - x) ** 4) / 2.0
 
 
 @kernel
@@ -305,7 +317,7 @@ def _rewards(g: int, u: np.ndarray, h: np.ndarray, gs: np.ndarray, acc: np.ndarr
         hpf = u[g, i, HP] / u[g, i, MAXHP] if alive else 0.0
         mpf = u[g, i, MANA] / u[g, i, MAXMANA] if alive else 0.0
         if h[g, i, H_PREVHPF] >= 0:
-            acc[g, i, C_HEALTH] = hpf - h[g, i, H_PREVHPF]
+            acc[g, i, C_HEALTH] = health_score(hpf) - health_score(h[g, i, H_PREVHPF])
             acc[g, i, C_MANA] = mpf - h[g, i, H_PREVMPF]
         h[g, i, H_PREVHPF] = hpf if alive else -1.0
         h[g, i, H_PREVMPF] = mpf if alive else -1.0

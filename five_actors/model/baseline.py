@@ -84,8 +84,9 @@ class SyncTrainer:
         started = time.perf_counter()
         progress = Progress(0, 0.0, 0, 0, None, None)
         while self.steps < total_steps and (max_seconds is None or progress.wall_s < max_seconds):
-            if self.config.anneal_learning_rate:
-                self.ppo.set_learning_rate(self.config.learning_rate * max(0.0, 1.0 - self.steps / total_steps))
+            # The baseline's updates stand in for versions; annealing scales the schedule down to 0 at the end.
+            scale = max(0.0, 1.0 - self.steps / total_steps) if self.config.anneal_learning_rate else 1.0
+            self.ppo.follow_version(self.ppo.updates, scale)
             stats = self.ppo.update(self.collect())
             progress = Progress(
                 self.steps,

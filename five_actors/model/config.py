@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from five_actors.schedule import Schedule, check_schedule
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -34,8 +36,9 @@ class ModelConfig:
 class PPOConfig:
     """Proximal policy optimisation with GAE and truncated backprop through LSTM chunks."""
 
-    learning_rate: float = 2.5e-4
-    """Adam step size (OpenAI Five used 5e-5 and lower at scale)."""
+    learning_rate: Schedule = 2.5e-4
+    """Adam step size, a schedule over parameter versions (OpenAI Five used 5e-5 and lower, with
+    batches thousands of times ours)."""
     anneal_learning_rate: bool = True
     """Decay the learning rate linearly to zero over a run of known length (the baseline)."""
     adam_beta1: float = 0.9
@@ -44,7 +47,7 @@ class PPOConfig:
     """Adam's second-moment decay."""
     adam_eps: float = 1e-5
     """Adam's denominator epsilon."""
-    horizon_seconds: float = 30.0
+    horizon_seconds: float = 180.0
     """Reward horizon H in game seconds; gamma = 1 - T/H with T the env's seconds per step (paper: 180, later 360)."""
     gae_lambda: float = 0.95
     """GAE lambda."""
@@ -52,8 +55,8 @@ class PPOConfig:
     """PPO ratio clip epsilon."""
     value_loss_weight: float = 0.5
     """Weight of the value loss in the total loss."""
-    entropy_coef: float = 0.01
-    """Weight of the entropy bonus."""
+    entropy_coef: Schedule = ((0.0, 0.01), (3000.0, 0.001))
+    """Weight of the entropy bonus, a schedule over parameter versions (the paper: 0.01 -> 0.001)."""
     max_grad_norm: float = 0.5
     """Each parameter tensor's gradient is clipped to this L2 norm on its own."""
     normalize_advantages: bool = True
@@ -68,16 +71,17 @@ class PPOConfig:
     """Minibatches per epoch (the chunks of a batch are split this many ways)."""
 
     def __post_init__(self) -> None:
-        positive = ("learning_rate", "adam_eps", "horizon_seconds", "clip", "max_grad_norm")
+        check_schedule("learning_rate", self.learning_rate, 0.0, 1.0)
+        check_schedule("entropy_coef", self.entropy_coef, 0.0, 1.0)
+        positive = ("adam_eps", "horizon_seconds", "clip", "max_grad_norm")
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         for name in ("adam_beta1", "adam_beta2", "gae_lambda"):
             if not 0.0 <= getattr(self, name) < 1.0 + (name == "gae_lambda"):
                 raise ValueError(f"{name} must be in [0, 1{']' if name == 'gae_lambda' else ')'}, got {getattr(self, name)}")
-        for name in ("value_loss_weight", "entropy_coef"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.value_loss_weight < 0:
+            raise ValueError(f"value_loss_weight must not be negative, got {self.value_loss_weight}")
         for name in ("chunk_steps", "rollout_chunks", "epochs", "minibatches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")

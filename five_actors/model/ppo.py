@@ -29,6 +29,7 @@ from torch import Tensor
 from five_actors.errors import ModelError
 from five_actors.model.config import PPOConfig
 from five_actors.model.policy import Policy, State
+from five_actors.schedule import schedule_value
 
 
 @dataclass
@@ -109,15 +110,24 @@ class PPO:
         self.policy = policy
         self.config = config
         self.optimizer = torch.optim.Adam(
-            policy.parameters(), lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_eps
+            policy.parameters(), lr=schedule_value(config.learning_rate, 0), betas=(config.adam_beta1, config.adam_beta2),
+            eps=config.adam_eps,
         )
+        self.learning_rate = schedule_value(config.learning_rate, 0)
+        self.entropy_coef = schedule_value(config.entropy_coef, 0)
         self.updates = 0
         """Optimiser steps taken (one per minibatch)."""
 
-    def set_learning_rate(self, learning_rate: float) -> None:
-        """Change the step size (for annealing)."""
+    def follow_version(self, version: int, lr_scale: float = 1.0) -> None:
+        """Take the learning rate (times `lr_scale`) and entropy coefficient of parameter version `version`."""
+        self.learning_rate = schedule_value(self.config.learning_rate, version) * lr_scale
+        self.entropy_coef = schedule_value(self.config.entropy_coef, version)
         for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate
+            group["lr"] = self.learning_rate
+
+    def total_loss(self, terms: Mapping[str, Tensor]) -> Tensor:
+        """Clipped surrogate + value weight * value error - entropy coefficient * entropy."""
+        return terms["policy"] + self.config.value_loss_weight * terms["value"] - self.entropy_coef * terms["entropy"]
 
     def update(self, batch: Chunks) -> dict[str, float]:
         """`epochs` passes of minibatch steps over `batch`; returns the mean of each statistic."""
@@ -142,7 +152,7 @@ class PPO:
         for name, value in terms.items():
             if not torch.isfinite(value):
                 raise ModelError(f"loss term {name!r} is {value.item()}: update skipped")
-        total = terms["policy"] + self.config.value_loss_weight * terms["value"] - self.config.entropy_coef * terms["entropy"]
+        total = self.total_loss(terms)
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
         stats["grad_norm"] = self._clip_gradients()

@@ -71,6 +71,11 @@ def cmd_logs_eval(args: argparse.Namespace) -> int:
         sys.stdout.write("".join(orjson.dumps(row).decode() + "\n" for row in rows))
     else:
         sys.stdout.write(history_text(rows))
+    if args.plot:
+        from five_actors.actors.history_plot import plot_history
+
+        page = plot_history({Path(args.run_dir).name: rows}, Path(args.plot), title=str(args.run_dir))
+        print(f"plot: {args.plot} and {page}", file=sys.stderr)
     return 0
 
 
@@ -102,6 +107,8 @@ def _add_logs_parser(commands: argparse._SubParsersAction) -> None:  # type: ign
     evals = which.add_parser("eval", help="the EvalActor's rounds over time: win rates vs the bots, TrueSkill, env steps")
     evals.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (its logs/ folder) or a folder of *.jsonl")
     evals.add_argument("--json", action="store_true", help="one JSON object per round")
+    evals.add_argument("--plot", metavar="FILE.png", help="also draw win rates and TrueSkill against minutes and env steps "
+                                                          "to FILE.png, and the same as FILE.html")  # fmt: skip
     evals.set_defaults(func=cmd_logs_eval)
 
 

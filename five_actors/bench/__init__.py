@@ -8,6 +8,7 @@ BENCHMARKS: dict[str, str] = {
     "transport": "five_actors.bench.transport",
     "env": "five_actors.bench.env",
     "learner": "five_actors.bench.learning",
+    "learning": "five_actors.bench.learning_curve",
     "rollout": "five_actors.bench.rollout",
     "supervisor": "five_actors.bench.supervisor",
     "system": "five_actors.bench.system",

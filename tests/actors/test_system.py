@@ -127,6 +127,13 @@ def test_sigterm_stops_cleanly_logs_replay_and_resume_continues(run: Run, tmp_pa
     assert history.returncode == 0 and [r["round"] for r in rows] == list(range(1, rounds + 1)), history.stderr
     assert all(0.0 <= r["win_rate_scripted"] <= 1.0 and isinstance(r["trueskill"], float) for r in rows)
     assert rows[-1]["env_steps"] > 0 and rows[-1]["version"] >= rows[0]["version"]
+    plot = tmp_path / "curves.png"
+    drawn = subprocess.run([sys.executable, "-m", "five_actors", "logs", "eval", str(run.run_dir), "--plot", str(plot)],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert drawn.returncode == 0, drawn.stderr
+    assert plot.read_bytes().startswith(b"\x89PNG") and len(plot.read_bytes()) > 10_000
+    page = plot.with_suffix(".html").read_text()
+    assert "data:image/png;base64," in page and f"{rows[-1]['version']:>8}" in page, "the page shows the picture and the rounds"
 
     again = start(["--resume", str(run.run_dir)], tmp_path, "resume", run.run_dir)
     try:

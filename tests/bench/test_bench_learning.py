@@ -1,0 +1,49 @@
+"""`five-actors bench learning`: a real `up` per seed, its eval rounds, the bars and the plot."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from five_actors.bench.learning_curve import bars_met, holds
+from tests.supervisor.cluster import REPO
+
+
+def row(minutes: float, scripted: float, half: float = 0.1, random: float = 0.5) -> dict[str, object]:
+    return {"minutes": minutes, "win_rate_scripted": scripted, "ci_scripted": [scripted - half, scripted + half],
+            "win_rate_random": random}  # fmt: skip
+
+
+def test_bars_are_the_first_minutes_a_rate_is_reached() -> None:
+    rows = [row(5, 0.1, random=0.95), row(20, 0.5), row(40, 0.85), row(50, 0.7)]
+    assert bars_met(rows) == {"random_0.9": 5, "scripted_0.5": 20, "scripted_0.8": 40}
+    assert bars_met(rows[:1]) == {"random_0.9": 5, "scripted_0.5": None, "scripted_0.8": None}
+
+
+def test_the_last_third_holds_within_the_best_earlier_rounds_interval() -> None:
+    earlier = [row(10, 0.6, half=0.2), row(30, 0.8, half=0.1)]
+    assert holds([*earlier, row(65, 0.72), row(85, 0.9)], 90) is True  # 0.72 >= 0.8 - 0.1
+    assert holds([*earlier, row(65, 0.65), row(85, 0.9)], 90) is False, "a fall past the interval is a fall back"
+    assert holds(earlier, 90) is None, "no round in the last third: unknown"
+
+
+@pytest.mark.timeout(600)
+def test_a_smoke_run_reports_rounds_bars_and_a_plot(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "five_actors", "bench", "learning", "--config", "smoke", "--minutes", "0.8", "--seeds", "1",
+         "--first-seed", "3", "--run-dir", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=540,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    [seed] = result["seeds"]
+    assert seed["seed"] == 3 and set(seed["bars"]) == {"random_0.9", "scripted_0.5", "scripted_0.8"}
+    rounds = seed["rounds"]
+    assert rounds and all(0.0 <= r["win_rate_random"] <= 1.0 and isinstance(r["trueskill"], float) for r in rounds)
+    assert json.loads((tmp_path / "seed-3" / "config.json").read_text())["training"]["seed"] == 3
+    assert Path(result["plot"]).read_bytes().startswith(b"\x89PNG") and "seed 3" in Path(result["page"]).read_text()
+    assert "seed 3: " in done.stderr, "progress while it trains"

@@ -151,6 +151,8 @@ class LearnerActor(Actor):
         """Seconds spent in optimizer steps (allreduce included)."""
         self.allreduce_s = 0.0
         """Seconds spent averaging gradients across the ranks."""
+        self.allreduce_ms = 0.0
+        """Milliseconds the latest step's allreduce took."""
         self.last: dict[str, float] = {}
         self.spec: ModelSpec | None = None
         """None until the group has formed and the policy is built."""
@@ -406,48 +408,32 @@ class LearnerActor(Actor):
             self.policy.value_norm.update(batch.returns[:, fresh])
         self._broadcast_buffers()
         self.ppo.follow_version(self.version, 0.0 if self.steps < self.hold_until else 1.0)
-        terms, stats = self.ppo.loss(batch)
-        stats.update(learning_rate=self.ppo.learning_rate, entropy_coef=self.ppo.entropy_coef)
-        finite = all(bool(torch.isfinite(v)) for v in terms.values())
-        total = self.ppo.total_loss(terms)
-        self.ppo.optimizer.zero_grad(set_to_none=False)
-        if finite:
-            total.backward()
-        reduce_started = time.perf_counter()
-        applied = self._average_gradients(finite)
-        stats["allreduce_ms"] = (time.perf_counter() - reduce_started) * 1e3
-        if applied:
-            try:
-                stats["grad_norm"] = self.ppo._clip_gradients()
-                self.ppo.optimizer.step()
-                self.ppo.updates += 1
-            except ModelError as exc:
-                applied = False
-                self.log.warning("update_skipped", reason=str(exc), step=self.steps + 1)
-        if not applied:
+        self.allreduce_ms = 0.0
+        try:
+            stats = self.ppo.step(batch, self._average_gradients)
+        except ModelError as exc:
             self.skipped += 1
+            self.log.warning("update_skipped", reason=str(exc), step=self.steps + 1)
+            stats = {}
+        stats.update(learning_rate=self.ppo.learning_rate, entropy_coef=self.ppo.entropy_coef, allreduce_ms=self.allreduce_ms)
         if self.rank == 0 and fresh.any():
             self.policy.update_normalizer(batch.obs[:, fresh])
         self._broadcast_buffers()
         return stats
 
     def _average_gradients(self, finite: bool) -> bool:
-        """Replace each gradient by its mean over the ranks; False (no step anywhere) when a rank's loss was not finite."""
+        """Replace each gradient by its mean over the ranks (PPO.step's hook); False when some rank's loss was not finite."""
+        if self.world_size == 1:
+            return finite
+        started = time.perf_counter()
         params = [p for p in self.policy.parameters() if p.requires_grad]
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        if not finite:
-            for p in params:
-                p.grad.zero_()
-        if self.world_size == 1:
-            if not finite:
-                self.log.warning("update_skipped", reason="a loss term is not finite", step=self.steps + 1)
-            return finite
         flat = torch.cat([p.grad.reshape(-1) for p in params] + [torch.ones(1, device=self.device) * float(finite)])
         dist.all_reduce(flat)
+        self.allreduce_ms = (time.perf_counter() - started) * 1e3
         if flat[-1].item() < self.world_size:
-            self.log.warning("update_skipped", reason="a loss term is not finite on some rank", step=self.steps + 1)
             return False
         flat /= self.world_size
         offset = 0

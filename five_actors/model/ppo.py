@@ -19,7 +19,7 @@ and the optimiser step of that minibatch is skipped: no silent corrupt update.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -146,15 +146,24 @@ class PPO:
         self.policy.update_normalizer(batch.obs)
         return {k: v / steps for k, v in totals.items()}
 
-    def step(self, minibatch: Chunks) -> dict[str, float]:
-        """One gradient step on one minibatch of chunks."""
+    def step(self, minibatch: Chunks, reduce_gradients: Callable[[bool], bool] | None = None) -> dict[str, float]:
+        """One gradient step on one minibatch of chunks: loss, backward, clipping, Adam.
+
+        `reduce_gradients(finite)`, when given, runs between the backward pass and clipping on every
+        call, whether this loss was finite or not (every gradient then exists, zero where the loss
+        was not finite): a learner group averages its gradients there, and it answers whether every
+        rank's loss was finite. Raises ModelError, with no step taken, when a loss term or gradient
+        is not finite (here or, by the answer, on a peer).
+        """
         terms, stats = self.loss(minibatch)
-        for name, value in terms.items():
-            if not torch.isfinite(value):
-                raise ModelError(f"loss term {name!r} is {value.item()}: update skipped")
-        total = self.total_loss(terms)
-        self.optimizer.zero_grad(set_to_none=True)
-        total.backward()
+        bad = next((name for name, value in terms.items() if not torch.isfinite(value)), None)
+        self.optimizer.zero_grad(set_to_none=reduce_gradients is None)
+        if bad is None:
+            self.total_loss(terms).backward()
+        if reduce_gradients is not None and not reduce_gradients(bad is None) and bad is None:
+            raise ModelError("a loss term is not finite on a peer: update skipped")
+        if bad is not None:
+            raise ModelError(f"loss term {bad!r} is {terms[bad].item()}: update skipped")
         stats["grad_norm"] = self._clip_gradients()
         self.optimizer.step()
         self.updates += 1

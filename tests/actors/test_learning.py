@@ -212,7 +212,7 @@ def test_two_learner_processes_average_gradients_end_with_identical_parameters_a
     for batch in batches:
         terms, _ = ppo.loss(batch)
         ppo.optimizer.zero_grad()
-        (terms["policy"] + config.ppo.value_loss_weight * terms["value"] - config.ppo.entropy_coef * terms["entropy"]).backward()
+        ppo.total_loss(terms).backward()
         grads.append({n: p.grad.clone() for n, p in policy.named_parameters()})
     for n, p in policy.named_parameters():
         p.grad = (grads[0][n] + grads[1][n]) / 2

@@ -85,7 +85,7 @@ HERO_TABLE: dict[str, tuple[tuple[float, ...], tuple[tuple[float, ...], ...]]] =
 }
 assert tuple(HERO_TABLE) == HERO_TYPE_NAMES
 
-# The kernels' parameter vector: one float64 per name, indices P_<NAME>.
+# The kernels' parameter vector: one float64 per name (a GameConfig field or a derived value).
 PARAM_NAMES = (
     "map_size", "time_limit_steps", "towers_per_lane", "tower_hp", "tower_damage", "tower_range", "ancient_hp",
     "creep_wave_interval", "creeps_per_wave", "creep_hp", "creep_damage", "creep_speed", "hero_speed",
@@ -97,13 +97,68 @@ PARAM_NAMES = (
     "reward_gold_spent", "team_spirit", "steps_per_second", "version", "lanes", "heroes_per_side", "creep_slots",
     "decay_per_step", "pos_scale", "reward_lane", "lane_width",
 )
-(P_MAP, P_TIME_LIMIT, P_TPL, P_TOWER_HP, P_TOWER_DMG, P_TOWER_RANGE, P_ANCIENT_HP, P_WAVE_INTERVAL,
- P_CREEPS_PER_WAVE, P_CREEP_HP, P_CREEP_DMG, P_CREEP_SPEED, P_HERO_SPEED, P_CREEP_GOLD, P_CREEP_XP,
- P_DENY_XP, P_KILL_GOLD, P_KILL_XP, P_TOWER_GOLD, P_PASSIVE_GOLD, P_START_GOLD, P_XP_RADIUS, P_XP_PER_LEVEL,
- P_MAX_LEVEL, P_RESPAWN_BASE, P_RESPAWN_PER_LEVEL, P_ITEM_COST, P_MAX_ITEMS, P_HERO_VISION, P_CREEP_VISION,
- P_TOWER_VISION, P_FOUNTAIN_REGEN, P_RECALL_CD, P_R_WIN, P_R_DEATH, P_R_XP, P_R_GOLD, P_R_HEALTH, P_R_MANA,
- P_R_KILL, P_R_LASTHIT, P_R_DENY, P_R_ANCIENT, P_R_SPENT, P_TEAM_SPIRIT, P_SPS, P_VERSION, P_LANES, P_HPS,
- P_CREEP_SLOTS, P_DECAY_PER_STEP, P_POS_SCALE, P_R_LANE, P_LANE_WIDTH) = range(len(PARAM_NAMES))
+
+
+def param_index(name: str) -> int:
+    """Where parameter `name` sits in the kernels' vector. Every P_ index below is looked up by
+    its name, so a reordered PARAM_NAMES cannot make a kernel read another parameter."""
+    return PARAM_NAMES.index(name)
+
+
+P_MAP = param_index("map_size")
+P_TIME_LIMIT = param_index("time_limit_steps")
+P_TPL = param_index("towers_per_lane")
+P_TOWER_HP = param_index("tower_hp")
+P_TOWER_DMG = param_index("tower_damage")
+P_TOWER_RANGE = param_index("tower_range")
+P_ANCIENT_HP = param_index("ancient_hp")
+P_WAVE_INTERVAL = param_index("creep_wave_interval")
+P_CREEPS_PER_WAVE = param_index("creeps_per_wave")
+P_CREEP_HP = param_index("creep_hp")
+P_CREEP_DMG = param_index("creep_damage")
+P_CREEP_SPEED = param_index("creep_speed")
+P_HERO_SPEED = param_index("hero_speed")
+P_CREEP_GOLD = param_index("creep_gold")
+P_CREEP_XP = param_index("creep_xp")
+P_DENY_XP = param_index("deny_xp_fraction")
+P_KILL_GOLD = param_index("hero_kill_gold")
+P_KILL_XP = param_index("hero_kill_xp")
+P_TOWER_GOLD = param_index("tower_gold")
+P_PASSIVE_GOLD = param_index("passive_gold_per_step")
+P_START_GOLD = param_index("start_gold")
+P_XP_RADIUS = param_index("xp_radius")
+P_XP_PER_LEVEL = param_index("xp_per_level")
+P_MAX_LEVEL = param_index("max_level")
+P_RESPAWN_BASE = param_index("respawn_base_steps")
+P_RESPAWN_PER_LEVEL = param_index("respawn_per_level_steps")
+P_ITEM_COST = param_index("item_cost")
+P_MAX_ITEMS = param_index("max_items")
+P_HERO_VISION = param_index("hero_vision")
+P_CREEP_VISION = param_index("creep_vision")
+P_TOWER_VISION = param_index("tower_vision")
+P_FOUNTAIN_REGEN = param_index("fountain_regen")
+P_RECALL_CD = param_index("recall_cooldown")
+P_R_WIN = param_index("reward_win")
+P_R_DEATH = param_index("reward_hero_death")
+P_R_XP = param_index("reward_xp")
+P_R_GOLD = param_index("reward_gold")
+P_R_HEALTH = param_index("reward_health")
+P_R_MANA = param_index("reward_mana")
+P_R_KILL = param_index("reward_kill")
+P_R_LASTHIT = param_index("reward_last_hit")
+P_R_DENY = param_index("reward_deny")
+P_R_ANCIENT = param_index("reward_ancient")
+P_R_SPENT = param_index("reward_gold_spent")
+P_TEAM_SPIRIT = param_index("team_spirit")
+P_SPS = param_index("steps_per_second")
+P_VERSION = param_index("version")
+P_LANES = param_index("lanes")
+P_HPS = param_index("heroes_per_side")
+P_CREEP_SLOTS = param_index("creep_slots")
+P_DECAY_PER_STEP = param_index("decay_per_step")
+P_POS_SCALE = param_index("pos_scale")
+P_R_LANE = param_index("reward_lane")
+P_LANE_WIDTH = param_index("lane_width")
 
 # Lane waypoints for team 0 as fractions of the map side: mid, top, bottom.
 LANE_SHAPES = (

@@ -56,3 +56,14 @@ def test_reading_a_config_does_not_load_the_game_kernels() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env={"PYTHONPATH": ":".join(sys.path)})
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_every_kernel_parameter_index_is_its_names_place() -> None:
+    """The kernels read the parameter vector by P_ indices: each one is its name's position (by
+    lookup, not by hand-kept order), and no two share a place."""
+    from five_actors.game import state
+
+    indices = {name: value for name, value in vars(state).items() if name.startswith("P_") and isinstance(value, int)}
+    assert sorted(indices.values()) == list(range(len(state.PARAM_NAMES)))
+    assert state.pack_params(GameConfig(tower_hp=1234.0))[state.P_TOWER_HP] == 1234.0
+    assert state.pack_params(GameConfig())[state.P_TEAM_SPIRIT] == GameConfig().team_spirit_at(0)

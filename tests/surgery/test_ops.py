@@ -47,7 +47,7 @@ def test_verification_catches_a_change_of_behaviour(trained: ModelState, probes_
     new = apply(ops("widen-lstm 48"), trained)
     params = dict(new.params)
     weight = params["type_head.weight"].clone()
-    weight[2, 40] = 5.0  # a new unit now drives the attack logit
+    weight[1, 40] = 5.0  # a new unit now drives the move logit (legal for every living hero)
     params["type_head.weight"] = weight
     broken = ModelState(new.spec, params, new.optimizer, new.anneal)
     with pytest.raises(SurgeryRejected, match=r"max probability difference .*head 'type'"):

@@ -48,6 +48,14 @@ class RestartPending:
 
 
 @message
+class RestartChild:
+    """Restart child `child` as if it had crashed (its restart type and the strategy apply): the head's watchdog, for a stuck child."""
+
+    child: str
+    reason: str
+
+
+@message
 class WhichChildren:
     """Ask a supervisor for one row per child (id, kind, state, restarts, last error, ...)."""
 
@@ -149,6 +157,14 @@ class Supervisor(Actor):
                 return  # that exit scheduled the next round, which starts the rest
             child.restarts += 1
             self.log.info("child_restarted", child=child.spec.id, restarts=child.restarts)
+
+    async def on_restart_child(self, msg: RestartChild) -> None:
+        """Kill a running child; its exit is handled as any crash (an unknown or stopped child: nothing happens)."""
+        child = self._find(str(msg.child))
+        if child is None or child.incarnation is None or self._gave_up:
+            return
+        self.log.warning("child_restart_requested", child=child.spec.id, reason=str(msg.reason))
+        child.incarnation.kill()
 
     async def on_which_children(self, _msg: WhichChildren) -> list[dict[str, Any]]:
         """One row per child (see `rows`)."""

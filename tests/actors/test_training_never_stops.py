@@ -1,23 +1,29 @@
 """Training goes on through faults that used to stop it silently (issue 14), on a real `five-actors up --config smoke`.
 
 The ParamServer checkpoints rarely here (every 1000 versions), so a restarted one restores a version far
-more than `max_staleness` behind the learner: every chunk made from it would be dropped as stale.
+more than `max_staleness` behind the learner: every chunk made from it would be dropped as stale. The
+head's watchdog calls STALL_S seconds without progress a stall.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.supervisor.cluster import Proc, get, log_events, wait_until
+from tests.supervisor.cluster import Proc, actor, get, log_events, wait_until
 from tests.surgery.test_live import LEARNER, START, metric
 
 pytestmark = pytest.mark.timeout(600)
 
 PARAMS = "/root/params"
+
+STALL_S = 20
 
 
 class Run:
@@ -36,7 +42,7 @@ class Run:
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     where = tmp_path_factory.mktemp("never-stops")
     run_dir = where / "run"
-    settings = {"checkpoint_every": 1000, "pool_add_every": 1000}
+    settings = {"checkpoint_every": 1000, "pool_add_every": 1000, "stall_s": STALL_S}
     sets = [word for key, value in settings.items() for word in ("--set", f"training.{key}={value}")]
     proc = Proc(["up", "--port", "0", "--config", "smoke", "--run-dir", str(run_dir), *sets], where, "up")
     try:
@@ -68,3 +74,28 @@ def test_param_server_restarts_do_not_freeze_training(run: Run) -> None:
     wait_until(lambda: run.version() >= learner_version + 3, timeout=180, what="versions advancing past the learner's")
     wait_until(lambda: run.trained() > trained + 8, timeout=120, what="chunks trained again")
     assert log_events(run.run_dir, "params_behind_learner")
+
+
+def stalled_health(run: Run) -> dict[str, object] | None:
+    """/health's body while it is 503 and names a training stall."""
+    status, body = get(f"{run.url}/health")
+    return body if status == 503 and any("training stalled" in p for p in body["problems"]) else None
+
+
+def test_a_stopped_learner_is_reported_and_restarted(run: Run) -> None:
+    pid = actor(get(f"{run.url}/actors")[1], LEARNER)["pid"]
+    stalls_before = len(log_events(run.run_dir, "training_stalled"))
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        body = wait_until(lambda: stalled_health(run), timeout=STALL_S + 60, what="/health naming the stall")
+        assert any("no new version" in p or f"{LEARNER} trained no chunk" in p for p in body["problems"]), body
+        wait_until(lambda: actor(get(f"{run.url}/actors")[1], LEARNER).get("pid") not in (None, pid), timeout=120,
+                   what="the learner restarted by the watchdog")  # fmt: skip
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)  # only matters when the watchdog did not kill it
+    stalls = log_events(run.run_dir, "training_stalled")[stalls_before:]
+    assert stalls and any(LEARNER in s["restart"] for s in stalls), stalls
+    version = run.version()
+    wait_until(lambda: run.version() >= version + 3, timeout=180, what="versions advancing after the restart")
+    wait_until(lambda: get(f"{run.url}/health")[0] == 200, timeout=120, what="/health ok again")

@@ -27,7 +27,8 @@ replaced architecture, buffered or arriving later, are converted to the new one
 until it. Every chunk is counted by its fate (ExperienceBuffer.accounting, in GetStats and /actors).
 
 Events: learner_started, train_step (losses, staleness, reuse, samples/s, allreduce time),
-update_skipped, rollout_refused, learner_arch_adopted, learner_group_stopped, params_behind_learner.
+update_skipped, rollout_refused, learner_arch_adopted, learner_group_stopped, params_behind_learner,
+announcement_unconfirmed.
 """
 
 from __future__ import annotations
@@ -233,13 +234,18 @@ class LearnerActor(Actor):
 
     async def _switch(self) -> None:
         """Rebuild the policy and Adam from the ParamServer's operated state, on every rank in the same round."""
+        announced = self._announced
         start = await self._starting_point(self.config) if self.rank == 0 else None
         if self.world_size > 1:
             start = await self.thread.run(lambda: _broadcast_object(start, self.device))
         assert start is not None
-        if self._announced is not None and self._announced.version <= start["version"]:
-            self._announced = None  # what it announced is in `start` (or older than it)
         spec, old = ModelSpec.from_dict(start["spec"]), self.arch
+        if self._announced is announced or (self._announced is not None and self._announced.version <= start["version"]):
+            # What was announced is in `start`, or the server's latest does not back it (a bogus announcement would
+            # otherwise make the group switch every round): only an announcement heard meanwhile waits for the next round.
+            if announced is not None and spec.hash != announced.arch:
+                self.log.warning("announcement_unconfirmed", arch=announced.arch, version=announced.version, server_arch=spec.hash)
+            self._announced = None
         if spec.hash != old:  # else a late announcement of what the group runs already
             converted, dropped = await self.thread.run(lambda: self._adopt(spec, start))
             self.log.info("learner_arch_adopted", arch_from=old, arch_to=self.arch, version=self.version,

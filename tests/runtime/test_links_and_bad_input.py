@@ -137,6 +137,9 @@ BAD_INPUT = {
         11,
         "carries 8 bytes",
     ),
+    "a field of the wrong type": (_ask_frame(body={"n": "x", "payload": None}), 11, "Probe.n must be int, got str 'x'"),
+    "a bool for an int": (_ask_frame(body={"n": True, "payload": None}), 11, "Probe.n must be int, got bool"),
+    "a list for an array": (_ask_frame(body={"n": 1, "payload": [1, 2]}), 11, "Probe.payload must be numpy.ndarray | None"),
     "object dtype": (_ask_frame(body={"n": 1, "payload": msgpack.ExtType(1, b"\x02|O\x01" + (1).to_bytes(8, "little") + b"\0" * 4 + b"\0" * 8)}), 11, "kind 'O'"),
 }
 

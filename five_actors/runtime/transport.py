@@ -371,14 +371,23 @@ class Transport:
         log.warning("frame_rejected", peer=link.peer, reason=str(error), id=request_id)
         link.post(wire.encode_error(error, request_id))
 
+    def _answered(self, link: Link, id_: Any) -> Reply | None:
+        """The pending ask that a reply or error on `link` answers: only the node it was asked of may answer it."""
+        entry = self._pending.get(id_)
+        if entry is None or entry[0] != link.peer:
+            if entry is not None:
+                log.warning("frame_refused", peer=link.peer, kind="reply", id=id_, reason=f"ask {id_} was sent to {entry[0]}, not {link.peer}")
+            return None
+        return self._forget(id_)
+
     def _on_frame(self, link: Link, env: wire.Envelope) -> None:
         kind = env.kind
         if kind == "reply":
-            reply = self._forget(env.id)  # type: ignore[arg-type]
+            reply = self._answered(link, env.id)
             if reply is not None:
                 reply(env.body, None)
         elif kind == "error":
-            reply = self._forget(env.id) if env.id is not None else None
+            reply = self._answered(link, env.id) if env.id is not None else None
             try:
                 error = wire.decode_error(env.body)
             except WireError as exc:
@@ -395,6 +404,10 @@ class Transport:
             if unwatch is not None:
                 unwatch()
         elif kind == "down":
+            watch = self._watches.get(env.id)  # type: ignore[arg-type]
+            if watch is not None and watch[0] != link.peer:
+                log.warning("frame_refused", peer=link.peer, kind="down", id=env.id, reason=f"watch {env.id} is of {watch[1]}, not on {link.peer}")
+                return
             self._fire_watch(env.id, env.body if isinstance(env.body, str) else "unknown")  # type: ignore[arg-type]
         elif kind == "hello" and isinstance(env.body, dict) and env.body.get("node") == link.peer:
             known = env.body.get("known")

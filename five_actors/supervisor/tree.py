@@ -24,14 +24,14 @@ from typing import Any
 import structlog
 
 from five_actors.errors import SupervisorError
-from five_actors.runtime.actor import NORMAL_EXITS, Actor, message
+from five_actors.runtime.actor import NORMAL_EXITS, Actor, local_message, message
 from five_actors.supervisor.child import Incarnation, LocalIncarnation, TreeContext
 from five_actors.supervisor.config import ChildSpec, SupervisorSpec, import_class
 
 log = structlog.get_logger("five_actors.supervisor")
 
 
-@message
+@local_message
 class ChildExited:
     """Internal: the incarnation `generation` of child `child` exited for `reason`."""
 
@@ -40,7 +40,7 @@ class ChildExited:
     reason: str
 
 
-@message
+@local_message
 class RestartPending:
     """Internal: the backoff before restart round `token` is over."""
 

@@ -306,10 +306,14 @@ class Transport:
         return self.node_id if link.outbound else link.peer
 
     def _learn(self, peer: str, url: str, known: dict[Any, Any]) -> bool:
-        """Merge a hello's URLs; True when this node learned a node or URL it did not know."""
+        """Merge a hello's URLs; True when this node learned a node or URL it did not know.
+
+        A peer speaks for its own URL; what it says of another node is taken only while this node has no
+        open link to that one (a peer cannot point a linked node's id at a dead URL)."""
         changed = False
         for node, node_url in [(peer, url), *known.items()]:
-            if isinstance(node, str) and isinstance(node_url, str) and node_url and node != self.node_id:
+            linked = node != peer and (link := self.links.get(node)) is not None and link.is_up
+            if isinstance(node, str) and isinstance(node_url, str) and node_url and node != self.node_id and not linked:
                 node_url = normalise_url(node_url)
                 if self.known.get(node) != node_url:
                     self.known[node] = node_url

@@ -330,3 +330,18 @@ async def test_an_authorization_header_that_is_not_utf8_gets_401(route: str) -> 
         assert status.split()[1] == "401", status
     finally:
         await node.stop()
+
+
+async def test_a_peer_cannot_point_a_linked_node_at_another_url(make_node: NodeFactory) -> None:
+    # A hello whose `known` map sent a linked node's id to a dead URL cut the link to it (issue 14).
+    a, b = await make_node("a"), await make_node("b")
+    b.system.spawn(Echo(), "/echo")
+    await a.connect(b.url)
+    async with aiohttp.ClientSession() as session:
+        ws = await session.ws_connect(f"{a.url}/ws", headers=AUTH)
+        await ws.send_bytes(wire.encode("hello", body={"node": "raw", "url": "", "known": {"b": "ws://127.0.0.1:9", "c": "ws://127.0.0.1:9"}}))
+        assert wire.decode((await ws.receive()).data).kind == "hello"
+        await asyncio.sleep(0.2)
+        assert a.known_nodes()["b"] == b.url and a.known_nodes()["c"] == "ws://127.0.0.1:9"  # an unknown node is learned
+        await ws.close()
+    assert (await a.ask("b/echo", Probe(4))).n == 4

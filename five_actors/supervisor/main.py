@@ -150,8 +150,8 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
     root = node.system.spawn(Supervisor(config.tree, context), ROOT_PATH)
     started = asyncio.ensure_future(node.system.wait_started(root))
     ticker = asyncio.get_running_loop().create_task(_print_progress(agent, out, progress or ProgressLine()))
-    training = config.training
-    watchdog = asyncio.get_running_loop().create_task(watch(agent, node.system, training.stall_s, training.stall_restart)) if training.stall_s else None
+    stall_s, restart = config.training.stall_s, config.training.stall_restart
+    watchdog = asyncio.get_running_loop().create_task(watch(agent, node.system, stall_s, restart)) if stall_s else None
     root_exit = asyncio.ensure_future(node.system.wait(root))
     deadline = asyncio.sleep(duration) if duration is not None else asyncio.Event().wait()
     try:

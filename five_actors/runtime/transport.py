@@ -423,6 +423,10 @@ class Transport:
         """(path, message, reply, sender) for a tell or ask to a local actor; None when it was
         answered (or dropped) here because no actor can get it."""
         to: str = env.to  # type: ignore[assignment]
+        if env.sender is not None and not env.sender.startswith(f"{link.peer}/"):
+            # A node's identity is its link: a peer may not speak for another node's actors.
+            self._reject(link, WireError(f"sender {env.sender!r} is not an actor of {link.peer!r}, the node on this link"), env.id)
+            return None
         path = to[len(self.node_id):]
         local = to.startswith(self._prefix) and len(path) > 1
         if env.kind == "tell":

@@ -146,6 +146,7 @@ BAD_INPUT = {
         11,
         "unknown message type 'ChildExited'",
     ),
+    "a sender on another node": (_ask_frame(**{"from": "b/echo"}), 11, "sender 'b/echo' is not an actor of 'raw'"),
     "object dtype": (_ask_frame(body={"n": 1, "payload": msgpack.ExtType(1, b"\x02|O\x01" + (1).to_bytes(8, "little") + b"\0" * 4 + b"\0" * 8)}), 11, "kind 'O'"),
 }
 

@@ -211,6 +211,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             raise FiveActorsError("--resume RUN_DIR continues that run with its own config: drop --config and --run-dir")
         run_dir = Path(args.resume)
         config = resume_config(run_dir, args.set or ())
+        check_resumable(run_dir, args.allow_fresh)
     else:
         config = load_config(args.config or "default", args.set or ())
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(config.name)
@@ -229,6 +230,39 @@ def resume_config(run_dir: Path, overrides: Sequence[str]) -> Config:
     tree = config_to_dict(read_run_config(run_dir))
     tree["training"]["rendezvous_port"] = 0
     return config_from_tree(tree, overrides, f"--resume {run_dir}")
+
+
+def check_resumable(run_dir: Path, allow_fresh: bool) -> None:
+    """Refuse `up --resume` (FiveActorsError, exit 2) when no checkpoint is readable, unless `allow_fresh`, or when
+    pool.json or eval/ratings.json is damaged; each refusal names the files and how to go on."""
+    from five_actors.actors.eval import RATINGS_FILE
+    from five_actors.actors.ratings import load_state
+    from five_actors.actors.store import POOL_FILE, CheckpointStore
+    from five_actors.errors import CheckpointError
+    from five_actors.model.checkpoint import read_checkpoint
+
+    store = CheckpointStore(run_dir / "checkpoints")
+    unreadable = []
+    for version in reversed(store.versions()):
+        try:
+            read_checkpoint(store.path(version))
+            break
+        except CheckpointError as exc:
+            unreadable.append(str(exc))
+    else:
+        if not allow_fresh:
+            found = "; ".join(unreadable[:3]) + (f"; and {len(unreadable) - 3} more" if len(unreadable) > 3 else "")
+            raise FiveActorsError(f"--resume {run_dir}: no readable checkpoint in {store.directory}"
+                                  f"{f' ({found})' if found else ''}; --allow-fresh starts over from version 0 in that run dir")  # fmt: skip
+    try:
+        store.load_pool()
+    except CheckpointError as exc:
+        raise FiveActorsError(f"--resume {run_dir}: {exc}; move {store.directory / POOL_FILE} aside to resume with an empty "
+                              "opponent pool (the checkpoints keep the parameters)") from None  # fmt: skip
+    try:
+        load_state(run_dir / RATINGS_FILE)
+    except FiveActorsError as exc:
+        raise FiveActorsError(f"--resume {run_dir}: {exc}; move {run_dir / RATINGS_FILE} aside to resume with fresh ratings") from None
 
 
 def cmd_health(args: argparse.Namespace) -> int:
@@ -281,6 +315,7 @@ def _add_supervisor_parsers(commands: argparse._SubParsersAction) -> None:  # ty
     up = commands.add_parser("up", help="start the root supervisor and its tree on this host")
     up.add_argument("--config", help="a config file or bundled config name (default: default)")
     up.add_argument("--resume", metavar="RUN_DIR", help="continue that run: its config, checkpoint, version counters, pool and ratings")
+    up.add_argument("--allow-fresh", action="store_true", help="with --resume: start from version 0 when no checkpoint is readable")
     up.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. --set tree.max_restarts=5")
     up.add_argument("--run-dir", help="where logs and the token go (default: runs/<UTC time>-<config name>/)")
     up.add_argument("--duration", type=float, help="stop cleanly after this many seconds")

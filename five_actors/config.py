@@ -9,6 +9,7 @@ these into a ConfigError naming the full key, so nothing starts on a bad config.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 import types
 import typing
@@ -142,6 +143,8 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {_describe(value)}")
+        if not math.isfinite(value):  # JSON has no NaN or infinity: config.json would carry null to every child
+            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
         return float(value)
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):

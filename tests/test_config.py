@@ -1,4 +1,8 @@
+import re
+import subprocess
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -68,3 +72,17 @@ def test_bad_toml_names_the_file(tmp_path) -> None:
     bad.write_text("name = \n")
     with pytest.raises(ConfigError, match="bad.toml: invalid TOML"):
         load_config(bad)
+
+
+@pytest.mark.parametrize("key", ["node.heartbeat_s", "tree.backoff", "training.eval_every_s", "training.allreduce_timeout_s", "ppo.learning_rate"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_nan_and_infinity_are_refused_naming_the_key(key: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(f"{key}: expected a finite number, got {float(value)!r}")):
+        load_config("smoke", [f"{key}={value}"])
+
+
+def test_up_exits_2_naming_a_nan_key_before_anything_starts(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "five_actors", "up", "--config", "smoke", "--set", "tree.backoff=nan",
+                           "--run-dir", str(tmp_path / "run"), "--port", "0"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2 and "tree.backoff: expected a finite number" in done.stderr, done.stderr
+    assert not (tmp_path / "run" / "config.json").exists()

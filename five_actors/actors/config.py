@@ -76,6 +76,11 @@ class TrainingConfig:
     the new weights about three times the step size of the old ones)."""
     surgery_revert_trueskill: float = 5.0
     """A change being annealed in goes back to share 0 when the latest version's TrueSkill falls this far below its value at the surgery."""
+    stall_s: float = 120.0
+    """Seconds without progress (no new version, a learner training no chunk, a game making no env step) before the
+    head reports training stalled: /health 503 and `training_stalled` (five_actors.supervisor.watchdog); 0: never."""
+    stall_restart: bool = True
+    """Whether the head restarts a stalled part (the learners, or the game actor) under its supervisor."""
     rendezvous_host: str = "127.0.0.1"
     """Host of the learners' torch.distributed rendezvous (learner rank 0's host)."""
     rendezvous_port: int = 0
@@ -89,7 +94,7 @@ class TrainingConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("gae_window", "max_staleness", "eval_past_versions", "inference_deadline_ms", "inference_torch_threads",
-                     "learner_torch_threads", "surgery_revert_trueskill", "surgery_lr_hold_steps"):
+                     "learner_torch_threads", "surgery_revert_trueskill", "surgery_lr_hold_steps", "stall_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.past_opponent_share <= 1.0:

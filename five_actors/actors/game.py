@@ -49,8 +49,9 @@ import structlog
 from five_actors.actors.chunks import StepRecord, build_rollout, chunk_rewards
 from five_actors.actors.inference import LATEST, actor_config
 from five_actors.actors.messages import (
-    GetParams, GetStats, InferReply, InferRequest, MatchResult, Opponent, OpponentRequest, ParamsAvailable, Rollout, Subscribe,
+    GetParams, GetStats, InferReply, InferRequest, MatchResult, Opponent, OpponentRequest, ParamsAvailable, Rollout,
 )
+from five_actors.actors.subscription import keep_subscribed
 from five_actors.config import Config
 from five_actors.errors import ActorDown, AskTimeout, FiveActorsError, ModelError, RemoteError
 from five_actors.game.env import LaneGame
@@ -146,7 +147,7 @@ class GameActor(Actor):
         self._next_inference = zlib.crc32(self.ref.path.encode()) % len(self.inference_addresses)
         for address in self.learner_addresses:
             self.spawn_task(self._watch_learner(address), f"game:watch:{address}")
-        self.spawn_task(self._subscribe(), "game:subscribe")
+        self.spawn_task(keep_subscribed(self, self.params_address, self.log), "game:subscribe")
         self.spawn_task(self._play(), "game:play")
 
     # -- playing --------------------------------------------------------------------------
@@ -262,24 +263,6 @@ class GameActor(Actor):
             delay = min(delay * 2, RETRY_MAX_S)
 
     # -- a live surgery's hand-over -------------------------------------------------------
-
-    async def _subscribe(self) -> None:
-        """Hear the ParamServer's announcements (ParamsAvailable); subscribe again after it restarts."""
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                await self.params.tell(Subscribe(self.ref.address), sender=self.ref)
-            except FiveActorsError as exc:
-                self.log.info("params_unavailable", error=str(exc))
-                await asyncio.sleep(1.0)
-                continue
-            gone: asyncio.Future[str] = loop.create_future()
-            unwatch = self.system.watch_address(self.params_address, lambda reason, f=gone: f.done() or f.set_result(reason))
-            try:
-                await gone
-            finally:
-                unwatch()
-            await asyncio.sleep(0.5)
 
     async def on_params_available(self, msg: ParamsAvailable) -> None:
         self.announced_arch = msg.arch if msg.arch != self.arch else None

@@ -29,7 +29,8 @@ replaced architecture, buffered or arriving later, are converted to the new one
 until it. Every chunk is counted by its fate (ExperienceBuffer.accounting, in GetStats and /actors).
 
 Events: learner_started, train_step (losses, staleness, reuse, samples/s, allreduce time),
-update_skipped, rollout_refused, learner_arch_adopted, learner_group_stopped.
+update_skipped, rollout_refused, learner_arch_adopted, learner_group_stopped, params_behind_learner,
+announcement_unconfirmed.
 """
 
 from __future__ import annotations
@@ -50,9 +51,10 @@ import torch
 import torch.distributed as dist
 
 from five_actors.actors.buffer import ExperienceBuffer, Minibatch, check_rollout, convert_rollout, to_chunks
-from five_actors.actors.messages import GetParams, GetStats, Params, ParamsAvailable, PublishParams, Rollout, Subscribe
+from five_actors.actors.messages import GetParams, GetStats, Params, ParamsAvailable, PublishParams, Rollout
 from five_actors.actors.param_server import GetOptimizerState, OptimizerState, resolve_settings
 from five_actors.actors.params import initial_policy, load_optimizer, load_state, model_spec, optimizer_arrays, state_arrays
+from five_actors.actors.subscription import keep_subscribed
 from five_actors.config import Config
 from five_actors.errors import ConfigError, FiveActorsError, ModelError, TrainingError
 from five_actors.model.policy import Policy
@@ -208,8 +210,8 @@ class LearnerActor(Actor):
         self.log.info("learner_started", version=self.version, world_size=self.world_size, device=str(self.device),
                       arch=self.arch, optimizer_restored=bool(start["optimizer"]))  # fmt: skip
         if self.param_server:
-            # A surgery announces a new architecture through ParamsAvailable: see on_params_available.
-            await self.system.ref(self.param_server).tell(Subscribe(self.ref.address), sender=self.ref)
+            # A surgery, or a ParamServer restarted behind the group, announces itself through ParamsAvailable.
+            self.spawn_task(keep_subscribed(self, self.param_server, self.log), "learner:subscribe")
         await self._release_held()
 
     async def _release_held(self) -> None:
@@ -218,19 +220,38 @@ class LearnerActor(Actor):
             await self.on_rollout(msg)
 
     async def on_params_available(self, msg: ParamsAvailable) -> None:
-        """A new architecture (a live surgery): the group switches to it at its next round (_switch)."""
-        if self.spec is not None and msg.arch != self.arch:
+        """A new architecture (a live surgery): the group switches to it at its next round (_switch).
+
+        An older version of this one: the ParamServer restarted from a checkpoint behind the group; rank 0
+        publishes where the group is (see _catch_up_server)."""
+        if self.spec is None:
+            return
+        if msg.arch != self.arch:
             self._announced = msg
+        elif msg.version < self.version and self.rank == 0:
+            self.spawn_task(self._catch_up_server(msg.version), "learner:catch-up")
+
+    async def _catch_up_server(self, server_version: int) -> None:
+        """Publish the group's parameters and moments to a ParamServer behind it: the games would play its older
+        version, too stale for the group to train on, and the group would never publish again."""
+        publish = await self.thread.run(lambda: (self.version, state_arrays(self.policy), optimizer_arrays(self.ppo.optimizer)))
+        self.log.warning("params_behind_learner", server_version=server_version, version=publish[0])
+        await self._publish(publish)
 
     async def _switch(self) -> None:
         """Rebuild the policy and Adam from the ParamServer's operated state, on every rank in the same round."""
+        announced = self._announced
         start = await self._starting_point(self.config) if self.rank == 0 else None
         if self.world_size > 1:
             start = await self.thread.run(lambda: _broadcast_object(start, self.device))
         assert start is not None
-        if self._announced is not None and self._announced.version <= start["version"]:
-            self._announced = None  # what it announced is in `start` (or older than it)
         spec, old = ModelSpec.from_dict(start["spec"]), self.arch
+        if self._announced is announced or (self._announced is not None and self._announced.version <= start["version"]):
+            # What was announced is in `start`, or the server's latest does not back it (a bogus announcement would
+            # otherwise make the group switch every round): only an announcement heard meanwhile waits for the next round.
+            if announced is not None and spec.hash != announced.arch:
+                self.log.warning("announcement_unconfirmed", arch=announced.arch, version=announced.version, server_arch=spec.hash)
+            self._announced = None
         if spec.hash != old:  # else a late announcement of what the group runs already
             converted, dropped = await self.thread.run(lambda: self._adopt(spec, start))
             self.log.info("learner_arch_adopted", arch_from=old, arch_to=self.arch, version=self.version,

@@ -51,6 +51,8 @@ REQUIRED_META = ("map_size", "lanes", "hero_types", "game_version", "seed", "ste
 """Meta keys every replay has."""
 
 _UNIT_DTYPE = np.dtype("<f4")
+MAX_UNIT_BYTES = 1 << 28
+"""The most unit data a replay may hold once inflated (256 MiB; a long game of the default lane is a few MB)."""
 
 
 def _plain(value: Any) -> Any:
@@ -191,16 +193,21 @@ def load_replay(path: str | os.PathLike[str]) -> Replay:
         )
     if (counts < 0).any():
         raise GameError(f"replay {source} is corrupt: negative unit count")
-    try:
-        raw_units = zlib.decompress(_field(document, "units", bytes, source))
-    except zlib.error as exc:
-        raise GameError(f"replay {source} is corrupt: units do not decompress ({exc})") from None
-    if zlib.crc32(raw_units) != document.get("units_crc32"):
-        raise GameError(f"replay {source} is corrupt: units checksum mismatch")
     width = len(UNIT_COLUMNS)
     expected = int(counts.sum()) * width * _UNIT_DTYPE.itemsize
+    if expected > MAX_UNIT_BYTES:
+        raise GameError(f"replay {source} is corrupt or too large: its counts say {expected} bytes of units, at most {MAX_UNIT_BYTES} are read")
+    try:
+        # Inflated no further than the counts say (one byte more shows a surplus): a small file cannot claim gigabytes.
+        inflater = zlib.decompressobj()
+        raw_units = inflater.decompress(_field(document, "units", bytes, source), expected + 1)
+    except zlib.error as exc:
+        raise GameError(f"replay {source} is corrupt: units do not decompress ({exc})") from None
     if len(raw_units) != expected:
-        raise GameError(f"replay {source} is corrupt: {len(raw_units)} bytes of units, counts say {expected}")
+        found = f"more than {expected}" if len(raw_units) > expected else str(len(raw_units))
+        raise GameError(f"replay {source} is corrupt: {found} bytes of units, counts say {expected}")
+    if zlib.crc32(raw_units) != document.get("units_crc32"):
+        raise GameError(f"replay {source} is corrupt: units checksum mismatch")
     # Frames are views into one array: loading does not copy the units again.
     units = np.frombuffer(raw_units, dtype=_UNIT_DTYPE).reshape(-1, width)
     bounds = np.concatenate([[0], np.cumsum(counts)])

@@ -46,6 +46,12 @@ def message(cls: type[T]) -> type[T]:
     return cls
 
 
+def local_message(cls: type[T]) -> type[T]:
+    """Make `cls` a frozen dataclass message that never crosses the wire: it is not registered, so no frame can
+    name it (an actor's notes to itself, such as a supervisor's ChildExited, must not come from a peer)."""
+    return dataclasses.dataclass(frozen=True)(cls)
+
+
 def message_type(name: str) -> type:
     """The registered message class called `name`."""
     try:

@@ -26,7 +26,8 @@ def bearer_token(request: web.Request) -> str | None:
 def token_matches(request: web.Request, token: str) -> bool:
     """Whether the request carries `token` (compared in constant time)."""
     given = bearer_token(request)
-    return given is not None and hmac.compare_digest(given.encode(), token.encode())
+    # A header that is not UTF-8 arrives with surrogate escapes: compared as the bytes it was, never an error.
+    return given is not None and hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token.encode())
 
 
 def close_message(reason: str) -> bytes:

@@ -306,10 +306,14 @@ class Transport:
         return self.node_id if link.outbound else link.peer
 
     def _learn(self, peer: str, url: str, known: dict[Any, Any]) -> bool:
-        """Merge a hello's URLs; True when this node learned a node or URL it did not know."""
+        """Merge a hello's URLs; True when this node learned a node or URL it did not know.
+
+        A peer speaks for its own URL; what it says of another node is taken only while this node has no
+        open link to that one (a peer cannot point a linked node's id at a dead URL)."""
         changed = False
         for node, node_url in [(peer, url), *known.items()]:
-            if isinstance(node, str) and isinstance(node_url, str) and node_url and node != self.node_id:
+            linked = node != peer and (link := self.links.get(node)) is not None and link.is_up
+            if isinstance(node, str) and isinstance(node_url, str) and node_url and node != self.node_id and not linked:
                 node_url = normalise_url(node_url)
                 if self.known.get(node) != node_url:
                     self.known[node] = node_url
@@ -371,14 +375,23 @@ class Transport:
         log.warning("frame_rejected", peer=link.peer, reason=str(error), id=request_id)
         link.post(wire.encode_error(error, request_id))
 
+    def _answered(self, link: Link, id_: Any) -> Reply | None:
+        """The pending ask that a reply or error on `link` answers: only the node it was asked of may answer it."""
+        entry = self._pending.get(id_)
+        if entry is None or entry[0] != link.peer:
+            if entry is not None:
+                log.warning("frame_refused", peer=link.peer, kind="reply", id=id_, reason=f"ask {id_} was sent to {entry[0]}, not {link.peer}")
+            return None
+        return self._forget(id_)
+
     def _on_frame(self, link: Link, env: wire.Envelope) -> None:
         kind = env.kind
         if kind == "reply":
-            reply = self._forget(env.id)  # type: ignore[arg-type]
+            reply = self._answered(link, env.id)
             if reply is not None:
                 reply(env.body, None)
         elif kind == "error":
-            reply = self._forget(env.id) if env.id is not None else None
+            reply = self._answered(link, env.id) if env.id is not None else None
             try:
                 error = wire.decode_error(env.body)
             except WireError as exc:
@@ -395,6 +408,10 @@ class Transport:
             if unwatch is not None:
                 unwatch()
         elif kind == "down":
+            watch = self._watches.get(env.id)  # type: ignore[arg-type]
+            if watch is not None and watch[0] != link.peer:
+                log.warning("frame_refused", peer=link.peer, kind="down", id=env.id, reason=f"watch {env.id} is of {watch[1]}, not on {link.peer}")
+                return
             self._fire_watch(env.id, env.body if isinstance(env.body, str) else "unknown")  # type: ignore[arg-type]
         elif kind == "hello" and isinstance(env.body, dict) and env.body.get("node") == link.peer:
             known = env.body.get("known")
@@ -406,6 +423,10 @@ class Transport:
         """(path, message, reply, sender) for a tell or ask to a local actor; None when it was
         answered (or dropped) here because no actor can get it."""
         to: str = env.to  # type: ignore[assignment]
+        if env.sender is not None and not env.sender.startswith(f"{link.peer}/"):
+            # A node's identity is its link: a peer may not speak for another node's actors.
+            self._reject(link, WireError(f"sender {env.sender!r} is not an actor of {link.peer!r}, the node on this link"), env.id)
+            return None
         path = to[len(self.node_id):]
         local = to.startswith(self._prefix) and len(path) > 1
         if env.kind == "tell":

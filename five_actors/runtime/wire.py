@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import struct
 import sys
-import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -45,6 +44,7 @@ from five_actors.errors import (
     WireError,
 )
 from five_actors.runtime.actor import MESSAGE_TYPES
+from five_actors.runtime.fieldtypes import check_fields, tuple_fields
 
 VERSION = 1
 KINDS = frozenset({"hello", "tell", "ask", "reply", "error", "watch", "unwatch", "down"})
@@ -287,24 +287,8 @@ def _check_depth(value: dict[Any, Any] | list[Any], max_depth: int) -> None:
         stack.extend([(v, depth + 1) for v in values if isinstance(v, (dict, list))])
 
 
-_TUPLE_FIELDS: dict[type, frozenset[str]] = {}
-
-
-def _tuple_fields(cls: type) -> frozenset[str]:
-    """Fields annotated as tuples: msgpack has one array type, so lists are turned back."""
-    cached = _TUPLE_FIELDS.get(cls)
-    if cached is None:
-        try:
-            hints = typing.get_type_hints(cls)
-        except Exception:  # noqa: BLE001 - unresolvable annotations: keep lists as they are
-            hints = {}
-        cached = frozenset(n for n, h in hints.items() if h is tuple or typing.get_origin(h) is tuple)
-        _TUPLE_FIELDS[cls] = cached
-    return cached
-
-
 def build_message(type_name: str, body: Any) -> Any:
-    """An instance of the registered message `type_name` from its fields; checks the fields match."""
+    """An instance of the registered message `type_name` from its fields; checks their names and types match."""
     cls = MESSAGE_TYPES.get(type_name)
     if cls is None:
         raise UnknownMessageType(f"unknown message type {type_name!r}")
@@ -315,11 +299,10 @@ def build_message(type_name: str, body: Any) -> Any:
         missing = sorted(fields - set(map(str, body)))
         extra = sorted(set(map(str, body)) - fields)
         raise WireError(f"{type_name} fields do not match: missing {missing}, unexpected {extra}")
-    tuple_fields = _tuple_fields(cls)
-    if tuple_fields:
-        for name in tuple_fields:
-            if isinstance(body[name], list):
-                body[name] = tuple(body[name])
+    for name in tuple_fields(cls):
+        if isinstance(body[name], list):
+            body[name] = tuple(body[name])
+    check_fields(type_name, cls, body)
     try:
         return cls(**body)
     except Exception as exc:  # noqa: BLE001 - a message's own validation refusing the values

@@ -38,6 +38,8 @@ class NodeAgent(Actor):
         self.sample_every = sample_every
         self.rates: dict[str, tuple[float, float]] = {}
         self._last: dict[str, tuple[int, float, int, int]] = {}
+        self.stalls: list[str] = []
+        """Why training is stalled, set by the head's watchdog (five_actors.supervisor.watchdog); /health reports it."""
 
     async def on_start(self) -> None:
         self.spawn_task(self._sample_forever(), "agent:rates")

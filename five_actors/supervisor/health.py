@@ -1,6 +1,7 @@
 """HTTP routes on a node's app: /health, /actors, /metrics, and the token-checked control routes.
 
-    GET  /health            200 when every permanent child in the tree is up, else 503 with reasons
+    GET  /health            200 when every permanent child in the tree is up and training is not stalled
+                            (five_actors.supervisor.watchdog), else 503 with reasons
     GET  /actors            the whole tree across processes and hosts, as JSON
     GET  /metrics           Prometheus text (restarts, mailbox depth, message rates, links, GPUs, and
                             every number an actor reports in status()["metrics"])
@@ -45,8 +46,9 @@ def problems(view: dict[str, Any]) -> list[str]:
 
 async def health(request: web.Request) -> web.Response:
     """GET /health: 200 {"status": "ok"} or 503 {"status": "degraded", "problems": [...]}."""
-    view = await request.app[VIEW_KEY].view()
-    reasons = problems(view)
+    agent = request.app[VIEW_KEY]
+    view = await agent.view()
+    reasons = problems(view) + agent.stalls
     head = view["nodes"][0]
     body = {
         "status": "degraded" if reasons else "ok",

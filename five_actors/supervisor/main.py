@@ -36,6 +36,7 @@ from five_actors.supervisor.hosts import REGISTRY_PATH, HostAgent, HostRegistry
 from five_actors.supervisor.processes import TOKEN_ENV, lower_priority, report
 from five_actors.supervisor.progress import ProgressLine
 from five_actors.supervisor.tree import Supervisor
+from five_actors.supervisor.watchdog import watch
 
 log = structlog.get_logger("five_actors.supervisor")
 
@@ -149,12 +150,16 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
     root = node.system.spawn(Supervisor(config.tree, context), ROOT_PATH)
     started = asyncio.ensure_future(node.system.wait_started(root))
     ticker = asyncio.get_running_loop().create_task(_print_progress(agent, out, progress or ProgressLine()))
+    stall_s, restart = config.training.stall_s, config.training.stall_restart
+    watchdog = asyncio.get_running_loop().create_task(watch(agent, node.system, stall_s, restart)) if stall_s else None
     root_exit = asyncio.ensure_future(node.system.wait(root))
     deadline = asyncio.sleep(duration) if duration is not None else asyncio.Event().wait()
     try:
         await _first(shutdown.wait(), asyncio.shield(root_exit), deadline)
     finally:
         ticker.cancel()
+        if watchdog is not None:
+            watchdog.cancel()
         out.write("\n")
     if root_exit.done():
         reason = root_exit.result()

@@ -24,14 +24,14 @@ from typing import Any
 import structlog
 
 from five_actors.errors import SupervisorError
-from five_actors.runtime.actor import NORMAL_EXITS, Actor, message
+from five_actors.runtime.actor import NORMAL_EXITS, Actor, local_message, message
 from five_actors.supervisor.child import Incarnation, LocalIncarnation, TreeContext
 from five_actors.supervisor.config import ChildSpec, SupervisorSpec, import_class
 
 log = structlog.get_logger("five_actors.supervisor")
 
 
-@message
+@local_message
 class ChildExited:
     """Internal: the incarnation `generation` of child `child` exited for `reason`."""
 
@@ -40,11 +40,19 @@ class ChildExited:
     reason: str
 
 
-@message
+@local_message
 class RestartPending:
     """Internal: the backoff before restart round `token` is over."""
 
     token: int
+
+
+@message
+class RestartChild:
+    """Restart child `child` as if it had crashed (its restart type and the strategy apply): the head's watchdog, for a stuck child."""
+
+    child: str
+    reason: str
 
 
 @message
@@ -149,6 +157,14 @@ class Supervisor(Actor):
                 return  # that exit scheduled the next round, which starts the rest
             child.restarts += 1
             self.log.info("child_restarted", child=child.spec.id, restarts=child.restarts)
+
+    async def on_restart_child(self, msg: RestartChild) -> None:
+        """Kill a running child; its exit is handled as any crash (an unknown or stopped child: nothing happens)."""
+        child = self._find(str(msg.child))
+        if child is None or child.incarnation is None or self._gave_up:
+            return
+        self.log.warning("child_restart_requested", child=child.spec.id, reason=str(msg.reason))
+        child.incarnation.kill()
 
     async def on_which_children(self, _msg: WhichChildren) -> list[dict[str, Any]]:
         """One row per child (see `rows`)."""

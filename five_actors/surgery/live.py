@@ -73,10 +73,16 @@ def state_to_arrays(state: ModelState) -> tuple[Arrays, Arrays | None]:
     return params, moments
 
 
+MAX_PROBE_STEPS = 4096
+"""Most lane-game steps a surgery records its probes over (the surgery holds its lock meanwhile; 10**9 held it for good)."""
+
+
 def prepare(words: Sequence[str], spec: ModelSpec, game: GameConfig, probe_steps: int = 128, seed: int = 0) -> tuple[list[SurgeryOp], Probes]:
     """The operations (SurgeryRejected when malformed) and the probes recorded from lane games of the version they lead to.
 
     Blocking: call it in a thread."""
+    if not 1 <= probe_steps <= MAX_PROBE_STEPS:
+        raise SurgeryRejected(f"probe_steps must be within 1..{MAX_PROBE_STEPS}, got {probe_steps}")
     ops = parse_ops(list(words))
     version = max(spec.obs.version, *(target_version(op) for op in ops))
     return ops, record_probes(probe_config(spec, game, version), probe_steps, 1, seed)

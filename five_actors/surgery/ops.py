@@ -236,7 +236,13 @@ def _random_rows(shape: Sequence[int], old_rows: Tensor, rng: torch.Generator) -
     return fill
 
 
+MAX_WIDTH = 4096
+"""The widest layer a surgery makes: an LSTM of 200,000 units would need hundreds of GB for every pool version."""
+
+
 def _check_size(name: str, old: int, new: int) -> None:
+    if new > MAX_WIDTH:
+        raise SurgeryRejected(f"{name} {new} is wider than a surgery makes, at most {MAX_WIDTH}")
     if new < old:
         raise SurgeryRejected(f"{name} {new} is smaller than the current {old}: {REMOVAL}")
     if new == old:

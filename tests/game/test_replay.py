@@ -7,9 +7,11 @@ import re
 import shutil
 import subprocess
 import sys
+import tracemalloc
 import zlib
 from pathlib import Path
 
+import msgpack
 import numpy as np
 import orjson
 import pytest
@@ -215,3 +217,26 @@ def test_html_player_draws_and_plays_in_a_headless_browser(tmp_path: Path) -> No
     clock = re.search(r'<div id="clock">(\d\d):(\d\d\.\d)</div>', playing)
     assert clock is not None and 1.0 < float(clock.group(2)) < 19.8
     assert '<button id="play">Pause</button>' in playing
+
+
+def test_units_that_inflate_past_their_counts_are_refused_without_inflating_them(tmp_path: Path) -> None:
+    # A file of under a MB whose units inflated to 256 MiB (and 1 GiB more) before its checksum refused it (issue 14).
+    path = tmp_path / "match.replay"
+    record_match(path)
+    document = msgpack.unpackb(path.read_bytes(), raw=False, strict_map_key=False)
+    packer, chunk = zlib.compressobj(9), b"\0" * (1 << 20)
+    bomb = b"".join(packer.compress(chunk) for _ in range(256)) + packer.flush()
+    (tmp_path / "bomb.replay").write_bytes(msgpack.packb({**document, "units": bomb}, use_bin_type=True))
+    tracemalloc.start()
+    try:
+        with pytest.raises(GameError, match=r"corrupt: more than \d+ bytes of units, counts say"):
+            load_replay(tmp_path / "bomb.replay")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, peak
+    counts = np.frombuffer(document["counts"], dtype="<i4").copy()
+    counts[0] = 2**31 - 1  # counts that claim more than a replay may hold are refused before any inflating
+    (tmp_path / "claims.replay").write_bytes(msgpack.packb({**document, "counts": counts.tobytes()}, use_bin_type=True))
+    with pytest.raises(GameError, match="at most 268435456 are read"):
+        load_replay(tmp_path / "claims.replay")

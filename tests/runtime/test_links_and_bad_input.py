@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 from aiohttp import WSMsgType, web
 from runtime_support import TOKEN, NodeFactory
-from peer_node import Die, Echo, Probe
+from peer_node import Die, Echo, Probe, Sleep
 from structlog.testing import capture_logs
 
 from five_actors.errors import ActorDown, RemoteError, TokenRefused, WireError
 from five_actors.runtime import wire
 from five_actors.runtime.actor import Actor, Down
 from five_actors.runtime.node import Node, require_token
+from five_actors.supervisor.tree import ChildExited
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -137,6 +138,15 @@ BAD_INPUT = {
         11,
         "carries 8 bytes",
     ),
+    "a field of the wrong type": (_ask_frame(body={"n": "x", "payload": None}), 11, "Probe.n must be int, got str 'x'"),
+    "a bool for an int": (_ask_frame(body={"n": True, "payload": None}), 11, "Probe.n must be int, got bool"),
+    "a list for an array": (_ask_frame(body={"n": 1, "payload": [1, 2]}), 11, "Probe.payload must be numpy.ndarray | None"),
+    "a node-internal message": (
+        _ask_frame(type=ChildExited.__name__, body={"child": "echo", "generation": 1, "reason": "killed"}),
+        11,
+        "unknown message type 'ChildExited'",
+    ),
+    "a sender on another node": (_ask_frame(**{"from": "b/echo"}), 11, "sender 'b/echo' is not an actor of 'raw'"),
     "object dtype": (_ask_frame(body={"n": 1, "payload": msgpack.ExtType(1, b"\x02|O\x01" + (1).to_bytes(8, "little") + b"\0" * 4 + b"\0" * 8)}), 11, "kind 'O'"),
 }
 
@@ -275,3 +285,64 @@ async def test_connecting_again_by_another_spelling_of_the_url_keeps_one_link(ma
     assert await a.connect(f"http://localhost:{b.port}/") == "b"  # b advertises ws://127.0.0.1:PORT
     assert await a.connect(f"http://localhost:{b.port}") == "b"
     assert [row["peer"] for row in a.links()] == ["b"] and len(b.links()) == 1
+
+
+async def test_replies_and_downs_are_taken_only_from_the_node_they_concern(make_node: NodeFactory) -> None:
+    # A peer holding the token forged replies to other nodes' asks and downs for watches it never got (issue 14).
+    a, b = await make_node("a"), await make_node("b")
+    b.system.spawn(Echo(), "/echo")
+    await a.connect(b.url)
+    fired: list[str] = []
+    a.system.watch_address("b/echo", fired.append)
+    asking = asyncio.ensure_future(a.ask("b/echo", Sleep(1.0)))
+    await asyncio.sleep(0.2)  # the ask and the watch are out
+    async with aiohttp.ClientSession() as session:
+        ws = await _raw_client(session, a)
+        with capture_logs() as logs:
+            for id_ in range(1, 20):
+                await ws.send_bytes(wire.encode("reply", id=id_, body="forged"))
+                await ws.send_bytes(wire.encode("down", sender="b/echo", id=id_, body="forged"))
+            assert await asyncio.wait_for(asyncio.shield(asking), 10) == 1.0
+        assert fired == []
+        refused = [e for e in logs if e["event"] == "frame_refused"]
+        assert {e["kind"] for e in refused} == {"reply", "down"} and all(e["peer"] == "raw" for e in refused)
+        await ws.close()
+    assert (await a.ask("b/echo", Probe(3))).n == 3  # the real link serves on
+
+
+@pytest.mark.parametrize("route", ["/ws", "/control"])
+async def test_an_authorization_header_that_is_not_utf8_gets_401(route: str) -> None:
+    @require_token
+    async def control(request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    node = Node("ctl", TOKEN)
+    node.add_routes([web.post("/control", control)])
+    await node.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", node.port)
+        method = b"GET" if route == "/ws" else b"POST"
+        writer.write(method + b" " + route.encode() + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xff\xfe\xc3(\r\n"
+                     b"Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+                     b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nContent-Length: 0\r\n\r\n")  # fmt: skip
+        await writer.drain()
+        status = (await asyncio.wait_for(reader.readline(), 10)).decode()
+        writer.close()
+        assert status.split()[1] == "401", status
+    finally:
+        await node.stop()
+
+
+async def test_a_peer_cannot_point_a_linked_node_at_another_url(make_node: NodeFactory) -> None:
+    # A hello whose `known` map sent a linked node's id to a dead URL cut the link to it (issue 14).
+    a, b = await make_node("a"), await make_node("b")
+    b.system.spawn(Echo(), "/echo")
+    await a.connect(b.url)
+    async with aiohttp.ClientSession() as session:
+        ws = await session.ws_connect(f"{a.url}/ws", headers=AUTH)
+        await ws.send_bytes(wire.encode("hello", body={"node": "raw", "url": "", "known": {"b": "ws://127.0.0.1:9", "c": "ws://127.0.0.1:9"}}))
+        assert wire.decode((await ws.receive()).data).kind == "hello"
+        await asyncio.sleep(0.2)
+        assert a.known_nodes()["b"] == b.url and a.known_nodes()["c"] == "ws://127.0.0.1:9"  # an unknown node is learned
+        await ws.close()
+    assert (await a.ask("b/echo", Probe(4))).n == 4

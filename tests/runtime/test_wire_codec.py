@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import struct
 
 import msgpack
@@ -192,3 +193,27 @@ def test_mutated_frames_give_wire_error_or_a_frame(frame: bytes, edits: list[tup
     for at, value in edits:
         mutated[at % len(mutated)] = value
     _decodes_or_wire_error(bytes(mutated))
+
+
+def test_the_training_messages_refuse_values_of_the_wrong_type_naming_the_field() -> None:
+    # Each of these crashed its actor when it reached the handler (issue 14).
+    from five_actors.actors.messages import EvalRating, GetParams, MatchResult, ParamsAvailable, Subscribe, Surgery
+
+    cases = [
+        (MatchResult, {"opponent_version": 1, "outcome": "bad"}, "MatchResult.outcome must be float"),
+        (EvalRating, {"version": "x", "trueskill": 1.0}, "EvalRating.version must be int"),
+        (Subscribe, {"address": 123}, "Subscribe.address must be str"),
+        (GetParams, {"version": [1]}, "GetParams.version must be int"),
+        (Surgery, {"ops": ["widen-lstm", "64"], "dry_run": False, "probe_steps": "x"}, "Surgery.probe_steps must be int"),
+        (Surgery, {"ops": "widen-lstm", "dry_run": False, "probe_steps": 8}, "Surgery.ops must be list[str]"),
+        (ParamsAvailable, {"version": "x", "arch": "a", "anneal": {}}, "ParamsAvailable.version must be int"),
+        (ParamsAvailable, {"version": 1, "arch": "a", "anneal": "zz"}, "ParamsAvailable.anneal must be dict[str, float]"),
+        (ParamsAvailable, {"version": 1, "arch": "a", "anneal": {"recall": "x"}}, "ParamsAvailable.anneal must be dict[str, float]"),
+    ]
+    for cls, body, message in cases:
+        frame = msgpack.packb({"v": 1, "kind": "tell", "to": "n/x", "from": None, "id": None, "type": cls.__name__, "body": body})
+        with pytest.raises(WireError, match=re.escape(message)):
+            wire.decode(frame)
+    fine = {"version": 3, "arch": "a", "anneal": {"recall": 1}}  # an int where a float is declared is a number still
+    frame = msgpack.packb({"v": 1, "kind": "tell", "to": "n/x", "from": None, "id": None, "type": "ParamsAvailable", "body": fine})
+    assert wire.decode(frame).body == ParamsAvailable(3, "a", {"recall": 1})

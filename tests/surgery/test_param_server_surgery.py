@@ -137,3 +137,16 @@ async def test_a_game_version_anneals_in_and_is_reverted_when_trueskill_falls(sy
     assert await system.wait_started(ref) is None
     stats = await ref.ask(GetStats())
     assert stats["anneal"] == {"recall": 0.0, "game_version": 0.0} and set(stats["reverted"]) == {"recall", "game_version"}
+
+
+async def test_surgery_sizes_are_bounded_and_a_refusal_frees_the_surgery(system: ActorSystem, tmp_path: Path) -> None:
+    # widen-lstm 200000 crashed the ParamServer; probe_steps 10**9 held the surgery for good (issue 14).
+    server = ParamServerActor(config=load_config("smoke"), run_dir=str(tmp_path))
+    ref = system.spawn(server, "/params")
+    assert await system.wait_started(ref) is None
+    with pytest.raises(RemoteError, match="lstm_size 200000 is wider than a surgery makes, at most 4096"):
+        await ref.ask(Surgery(["widen-lstm", "200000"], probe_steps=16), timeout=60)
+    with pytest.raises(RemoteError, match=r"probe_steps must be within 1\.\.4096, got 1000000000"):
+        await ref.ask(Surgery(["widen-lstm", "48"], probe_steps=10**9), timeout=60)
+    dry = await ref.ask(Surgery(["widen-lstm", "48"], dry_run=True, probe_steps=16), timeout=120)
+    assert dry["changes"]["widths"]["lstm_size"] == [32, 48] and system.is_alive("/params")

@@ -121,7 +121,9 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
             try:
                 return _convert(arg, value, where)
             except ConfigError as exc:
-                errors.append(str(exc))
+                # A list's error says nothing about a scalar, nor a scalar's about a list: keep the error of the kind given.
+                if isinstance(value, list) == (get_origin(arg) in (list, tuple) or arg in (list, tuple)):
+                    errors.append(str(exc))
         raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: {_describe(value)} fits none of {hint}")
     if origin is Literal:
         if value not in args:

@@ -13,7 +13,7 @@ import orjson
 
 from five_actors import __version__
 from five_actors.bench import BENCHMARKS
-from five_actors.errors import FiveActorsError, SurgeryRejected
+from five_actors.errors import ConfigError, FiveActorsError, SurgeryRejected
 
 if TYPE_CHECKING:
     from five_actors.config import Config
@@ -142,7 +142,7 @@ def cmd_match(args: argparse.Namespace) -> int:
 
     from five_actors.config import config_from_tree, load_config
     from five_actors.game.bots import RandomBot, ScriptedBot
-    from five_actors.game.match import play_match
+    from five_actors.game.match import match_summary, play_match
 
     if args.config:
         config = load_config(args.config, args.set or ())
@@ -150,7 +150,14 @@ def cmd_match(args: argparse.Namespace) -> int:
         config = config_from_tree({}, args.set or (), "--set")
     game = dataclasses.replace(config.game, seed=args.seed)
     bots = {"scripted": lambda: ScriptedBot(game), "random": lambda: RandomBot(seed=args.seed)}
-    result = play_match(game, bots[args.team0](), bots[args.team1](), seed=args.seed, record=args.record)
+    if args.games < 1:
+        raise ConfigError(f"--games must be at least 1, got {args.games}")
+    if args.games > 1:
+        if args.record:
+            raise ConfigError("--record records one match: leave out --games")
+        result = match_summary(game, bots[args.team0](), bots[args.team1](), args.games, seed=args.seed)
+    else:
+        result = play_match(game, bots[args.team0](), bots[args.team1](), seed=args.seed, record=args.record)
     sys.stdout.write(orjson.dumps(result).decode() + "\n")
     return 0
 
@@ -161,6 +168,8 @@ def _add_match_parser(commands: argparse._SubParsersAction) -> None:  # type: ig
     match.add_argument("--team1", choices=("scripted", "random"), default="random", help="team 1's bot")
     match.add_argument("--seed", type=int, default=0, help="the match's seed (hero drafts, random bot)")
     match.add_argument("--record", metavar="PATH", help="save the match replay here (see `five-actors replay`)")
+    match.add_argument("--games", type=int, default=1, help="play this many at once and print a summary: wins, draws, "
+                                                            "ends, reward components per hero-minute by team")  # fmt: skip
     match.add_argument("--config", help="a config file or bundled config name for its [game] section")
     match.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. game.lanes=1")
     match.set_defaults(func=cmd_match)

@@ -78,13 +78,46 @@ def play_match(config: GameConfig, bot_team0: Bot, bot_team1: Bot, seed: int = 0
 def play_matches(config: GameConfig, bot_team0: Bot, bot_team1: Bot, games: int,
                  seed: int = 0) -> list[dict[str, Any]]:
     """Play `games` games at once (one batch) until each has ended once; their results in game order."""
+    return _play(config, (bot_team0, bot_team1), games, seed)[0]
+
+
+def match_summary(config: GameConfig, bot_team0: Bot, bot_team1: Bot, games: int, seed: int = 0) -> dict[str, Any]:
+    """`games` games at once, each to its end: wins, draws, how they ended, and each team's reward
+    components (before team spirit and zero-sum) per hero per game minute over those games."""
+    results, totals, hero_steps = _play(config, (bot_team0, bot_team1), games, seed)
+    minutes = hero_steps / (config.steps_per_second * 60.0)
+    return {
+        "games": games,
+        "team0_wins": sum(r["winner"] == 0 for r in results),
+        "team1_wins": sum(r["winner"] == 1 for r in results),
+        "draws": sum(r["winner"] == -1 for r in results),
+        "by_ancient": sum(r["reason"] == "ancient" for r in results),
+        "median_steps": int(np.median([r["steps"] for r in results])),
+        "reward_per_hero_minute": [{name: round(float(v) / minutes, 3) for name, v in team.items() if v} for team in totals],
+    }
+
+
+def _play(config: GameConfig, bots: tuple[Bot, Bot], games: int, seed: int) -> tuple[list[dict[str, Any]], list[dict[str, float]], int]:
+    """Each game's first result, each team's reward components summed over the games until they
+    ended, and the hero-steps of one team in that time."""
     env = LaneGame(dataclasses.replace(config, games_per_batch=games, seed=seed))
     obs, masks = env.reset(seed)
     first: dict[int, dict[str, Any]] = {}
+    teams = [team_rows(env, team) for team in (0, 1)]
+    totals: list[dict[str, float]] = [{}, {}]
+    hero_steps = 0
     while len(first) < games:
-        step = env.step(_joint_actions(env, (bot_team0, bot_team1), obs, masks))
+        # A game counts until its first end: the rows of games still in play.
+        playing = np.repeat([g not in first for g in range(games)], 2 * env.agents_per_team)
+        step = env.step(_joint_actions(env, bots, obs, masks))
         obs, masks = step.obs, step.masks
+        hero_steps += int(playing[teams[0]].sum())
+        for key, values in step.infos.items():
+            if key.startswith("reward/"):
+                for team, rows in enumerate(teams):
+                    name = key.removeprefix("reward/")
+                    totals[team][name] = totals[team].get(name, 0.0) + float(values[rows][playing[rows]].sum())
         for result in env.results:
             first.setdefault(result["game"], result)
         env.results.clear()
-    return [first[g] for g in range(games)]
+    return [first[g] for g in range(games)], totals, hero_steps

@@ -33,3 +33,14 @@ def test_match_refuses_an_impossible_setting() -> None:
     done = five_actors("match", "--set", "game.heroes_per_side=0")
     assert done.returncode == 2
     assert "game.heroes_per_side" in done.stderr
+
+
+def test_match_games_summarises_many_matches_with_each_teams_rewards() -> None:
+    done = five_actors("match", "--team0", "scripted", "--team1", "random", "--games", "6", "--seed", "4", "--set", "game.lanes=1")
+    assert done.returncode == 0, done.stderr
+    summary = orjson.loads(done.stdout)
+    assert summary["games"] == 6 and summary["team0_wins"] + summary["team1_wins"] + summary["draws"] == 6
+    assert summary["team0_wins"] >= 5, summary
+    scripted, random = summary["reward_per_hero_minute"]
+    assert scripted["tower"] > random.get("tower", 0.0) and scripted["win"] > 0 and "win" not in random
+    assert five_actors("match", "--games", "2", "--record", "x.replay").returncode == 2

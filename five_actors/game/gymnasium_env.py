@@ -1,6 +1,8 @@
 """Any gymnasium environment as a `layout.BatchEnv`, so the model and PPO run on it unchanged.
 
-The observation (a Box, flattened) is one `self` block with one slot. A Discrete action space
+The observation is one `self` block with one slot: a Box flattened, a Discrete or
+MultiDiscrete one-hot, a Dict or Tuple of those flattened in gymnasium's order
+(`gymnasium.spaces.flatten`). A Discrete action space
 becomes the type head; a one-dimensional MultiDiscrete becomes the type head (its first
 dimension) plus one plain secondary head per further dimension, used by every type. Every
 mask is all True. Games reset automatically: on a done row `obs` is already the next
@@ -35,10 +37,11 @@ class GymBatchEnv:
         self.envs = [factory() for _ in range(num_envs)]
         self.num_games = num_envs
         self.seed = seed
-        space = self.envs[0].observation_space
-        if not isinstance(space, gym.spaces.Box):
-            raise GameError(f"{self.name}: observation space {space} is not supported (only Box observations are)")
-        self._obs_size = int(np.prod(space.shape))
+        self._obs_space = space = self.envs[0].observation_space
+        if not _flattenable(space):
+            raise GameError(f"{self.name}: observation space {space} is not supported "
+                            "(only Box, Discrete, MultiDiscrete, and Dict or Tuple of those are)")  # fmt: skip
+        self._obs_size = int(gym.spaces.flatdim(space))
         self.obs_spec = ObsSpec((EntityBlock("self", 1, tuple(f"obs{i}" for i in range(self._obs_size))),))
         self._nvec, self._start = _action_dims(self.envs[0].action_space, self.name)
         types = tuple(f"a{i}" for i in range(self._nvec[0]))
@@ -97,8 +100,8 @@ class GymBatchEnv:
         for env in self.envs:
             env.close()
 
-    def _flat(self, obs: np.ndarray) -> np.ndarray:
-        return np.asarray(obs, np.float32).reshape(self._obs_size)
+    def _flat(self, obs: object) -> np.ndarray:
+        return np.asarray(gym.spaces.flatten(self._obs_space, obs), np.float32).reshape(self._obs_size)
 
     def _copy_masks(self) -> dict[str, np.ndarray]:
         return {k: v.copy() for k, v in self._masks.items()}
@@ -115,6 +118,16 @@ class GymBatchEnv:
             row, col = map(int, np.argwhere(bad)[0])
             raise GameError(f"{self.name}: action column {col} of row {row} is {int(actions[row, col])}, outside 0..{int(self._nvec[col]) - 1}")
         return actions.astype(np.int64)
+
+
+def _flattenable(space: gym.Space) -> bool:
+    """Whether `space` is a Box, Discrete or MultiDiscrete, or a Dict or Tuple of flattenable spaces."""
+    if isinstance(space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        return True
+    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        parts = space.spaces.values() if isinstance(space, gym.spaces.Dict) else space.spaces
+        return all(_flattenable(s) for s in parts)
+    return False
 
 
 def _action_dims(space: gym.Space, name: str) -> tuple[np.ndarray, np.ndarray]:

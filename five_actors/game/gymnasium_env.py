@@ -2,9 +2,10 @@
 
 The observation is one `self` block with one slot: a Box flattened, a Discrete or
 MultiDiscrete one-hot, a Dict or Tuple of those flattened in gymnasium's order
-(`gymnasium.spaces.flatten`). A Discrete action space
-becomes the type head; a one-dimensional MultiDiscrete becomes the type head (its first
-dimension) plus one plain secondary head per further dimension, used by every type. Every
+(`gymnasium.spaces.flatten`). An action space of Discrete and one-dimensional MultiDiscrete
+parts (one of them, or a Dict or Tuple of them, parts in the space's order) is a row of
+columns, one per Discrete and one per MultiDiscrete dimension: the first column is the type
+head, each further one a plain secondary head, used by every type. Every
 mask is all True. Games reset automatically: on a done row `obs` is already the next
 episode's first observation, and `infos["episode_return"]` / `infos["episode_length"]`
 hold the finished episode's totals (0 on other rows).
@@ -13,6 +14,7 @@ hold the finished episode's totals (0 on other rows).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -47,7 +49,7 @@ class GymBatchEnv:
         types = tuple(f"a{i}" for i in range(self._nvec[0]))
         heads = tuple(ActionHead(f"head{d}", int(n)) for d, n in enumerate(self._nvec[1:], start=1))
         self.action_spec = ActionSpec(types, heads)
-        self._discrete = isinstance(self.envs[0].action_space, gym.spaces.Discrete)
+        self._action_space = self.envs[0].action_space
         fps = self.envs[0].metadata.get("render_fps")
         self.seconds_per_step = 1.0 / float(fps) if fps else 1.0
         """Game time per step, for a discount from a horizon in seconds (1 s when the env does not say)."""
@@ -82,7 +84,7 @@ class GymBatchEnv:
         episode_length = np.zeros(rows, np.int64)
         for i, env in enumerate(self.envs):
             act = actions[i] + self._start
-            o, r, term, trunc, _ = env.step(int(act[0]) if self._discrete else act)
+            o, r, term, trunc, _ = env.step(_env_action(self._action_space, act, 0)[0])
             rewards[i] = r
             self._returns[i] += r
             self._lengths[i] += 1
@@ -130,12 +132,43 @@ def _flattenable(space: gym.Space) -> bool:
     return False
 
 
+def _parts(space: gym.Space) -> list[gym.Space]:
+    """The parts of a Dict or Tuple space in order (the space itself otherwise)."""
+    if isinstance(space, gym.spaces.Dict):
+        return list(space.spaces.values())
+    if isinstance(space, gym.spaces.Tuple):
+        return list(space.spaces)
+    return [space]
+
+
 def _action_dims(space: gym.Space, name: str) -> tuple[np.ndarray, np.ndarray]:
     """(choices per column, offset added to each column) for a supported action space."""
+    nvec: list[int] = []
+    start: list[int] = []
+    for part in _parts(space):
+        if isinstance(part, gym.spaces.Discrete):
+            nvec.append(int(part.n))
+            start.append(int(part.start))
+        elif isinstance(part, gym.spaces.MultiDiscrete) and part.nvec.ndim == 1:
+            nvec += part.nvec.astype(np.int64).tolist()
+            start += part.start.astype(np.int64).tolist()
+        else:
+            raise GameError(f"{name}: action space {space} is not supported "
+                            "(only Discrete, one-dimensional MultiDiscrete, and Dict or Tuple of those are)")  # fmt: skip
+    return np.array(nvec, np.int64), np.array(start, np.int64)
+
+
+def _env_action(space: gym.Space, columns: np.ndarray, first: int) -> tuple[Any, int]:
+    """The env's action read from `columns[first:]`, and the column after it."""
     if isinstance(space, gym.spaces.Discrete):
-        return np.array([int(space.n)]), np.array([int(space.start)])
+        return int(columns[first]), first + 1
     if isinstance(space, gym.spaces.MultiDiscrete):
-        if space.nvec.ndim != 1:
-            raise GameError(f"{name}: MultiDiscrete action spaces must be one-dimensional, got shape {space.nvec.shape}")
-        return space.nvec.astype(np.int64), space.start.astype(np.int64)
-    raise GameError(f"{name}: action space {space} is not supported (only Discrete and MultiDiscrete are)")
+        end = first + len(space.nvec)
+        return columns[first:end].copy(), end
+    values = []
+    for part in _parts(space):
+        value, first = _env_action(part, columns, first)
+        values.append(value)
+    if isinstance(space, gym.spaces.Dict):
+        return dict(zip(space.spaces, values, strict=True)), first
+    return tuple(values), first

@@ -23,19 +23,20 @@ class TextObservations(gym.Env):  # type: ignore[type-arg]
 
 
 class DictObservations(gym.Env):  # type: ignore[type-arg]
-    """Dict observations (a Box and a Discrete) and MultiDiscrete actions: rewarded for
-    repeating the Discrete part of the observation as the first action."""
+    """Dict observations (a Box and a Discrete) and Tuple actions (a Discrete(3, start=1) and a MultiDiscrete):
+    rewarded for repeating the Discrete part of the observation as the first action."""
 
     observation_space = gym.spaces.Dict({"position": gym.spaces.Box(-1.0, 1.0, (2,), np.float32), "colour": gym.spaces.Discrete(3)})
-    action_space = gym.spaces.MultiDiscrete([3, 2])
+    action_space = gym.spaces.Tuple((gym.spaces.Discrete(3, start=1), gym.spaces.MultiDiscrete([2, 4])))
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
         super().reset(seed=seed)
         self._steps = 0
         return self._observe(), {}
 
-    def step(self, action: np.ndarray) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        reward = float(int(action[0]) == self._colour)
+    def step(self, action: tuple[int, np.ndarray]) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        assert self.action_space.contains(action), action
+        reward = float(action[0] - 1 == self._colour)
         self._steps += 1
         return self._observe(), reward, False, self._steps >= 20, {}
 

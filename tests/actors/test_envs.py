@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,14 +32,17 @@ def test_env_config_refuses_unknown_ids_and_two_environments() -> None:
         make_env(EnvConfig(id="gymnasium:NoSuchEnv-v0"), GameConfig(), 1, 0)
 
 
-def test_a_dict_observation_is_flattened_and_a_multidiscrete_action_is_two_heads() -> None:
+def test_a_dict_observation_is_flattened_and_a_tuple_action_is_one_column_per_choice() -> None:
     env = make_single_agent(EnvConfig(factory=f"{FACTORIES}:dict_observations"), 3, seed=5)
     obs, masks = env.reset()
     assert obs.shape == (3, 3 + 2)  # Discrete(3) one-hot, then the Box (gymnasium's Dict order is by key)
     assert np.allclose(obs[:, :3].sum(1), 1.0)
-    assert env.action_spec.columns == 2 and masks["type"].shape == (3, 3)
-    step = env.step(np.array([[0, 1]] * 3))
-    assert step.obs.shape == (3, 5) and step.rewards.shape == (3,)
+    assert env.action_spec.columns == 3 and masks["type"].shape == (3, 3)
+    assert [h.size for h in env.action_spec.heads] == [2, 4]
+    colours = obs[:, :3].argmax(1)
+    step = env.step(np.stack([colours, [1, 0, 1], [3, 2, 0]], axis=1))  # the env asserts each action is in its space
+    assert step.rewards.tolist() == [1.0, 1.0, 1.0]  # column 0 reached the env as the Discrete's value (start 1 added)
+    assert step.obs.shape == (3, 5)
 
 
 def test_an_mlp_core_plays_and_trains_with_the_state_shape_of_the_lstm() -> None:
@@ -102,3 +106,17 @@ def test_up_trains_cartpole_and_its_mean_return_rises(cartpole: tuple[Proc, Path
     game = next(a for a in view["actors"] if a["path"] == "/root/rollouts/game-0")
     assert game["status"]["metrics"]["game_past_opponent_games"] == 0  # single agent: no opponent pool
     assert "return " in proc.out and "eval " in proc.out and "TrueSkill" not in proc.out.splitlines()[-1]
+
+
+@pytest.mark.timeout(300)
+def test_bench_env_train_reports_frames_to_target_and_whether_it_stays(tmp_path: Path) -> None:
+    proc = Proc(["bench", "env-train", "--minutes", "1.5", "--target", "60", "--warmup-s", "10"], tmp_path, "bench")
+    assert proc.proc.wait(240) == 0, proc.err
+    report = json.loads(proc.out)
+    assert report["benchmark"] == "env-train" and report["env"] == "gymnasium:CartPole-v1" and report["target"] == 60
+    run = report["runs"][0]
+    assert run["env_frames_per_s"] > 0 and run["samples_per_s"] > 0
+    # A full window of 100 episodes first reached 60 after at least 100 episodes of at least 8 steps each.
+    assert run["frames_to_target"] is not None and run["frames_to_target"] >= 100 * 8
+    assert 0 < run["seconds_to_target"] < 90 and run["best_mean_return"] >= 60
+    assert run["stays"] == (run["min_return_after_target"] >= 0.9 * 60)

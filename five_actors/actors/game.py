@@ -118,6 +118,7 @@ class GameActor(Actor):
         """Games against a past version, by the team the latest policy played in them."""
         self.match_results = 0
         self.episodes = 0
+        self.episodes_truncated = 0
         self.returns: deque[float] = deque(maxlen=RETURNS_KEPT)
         """Returns of the latest finished episodes (environments that report `episode_return`)."""
         self.reward_totals: dict[str, float] = {}
@@ -190,9 +191,10 @@ class GameActor(Actor):
             self._count_annealed(actions)
             game = self.game  # rebuilt by a surgery to another game version
             step = await asyncio.to_thread(game.step, actions) if self.batch_steps == 0 else game.step(actions)
+            rewards = await self._bootstrapped(step, reply, model_masks)
             self.buffer.append(StepRecord(
                 model_obs, model_masks, h, c, actions, np.asarray(reply.logp), np.asarray(reply.value),
-                step.rewards, step.dones, starts, np.asarray(reply.versions), latest,
+                rewards, step.dones, starts, np.asarray(reply.versions), latest,
                 {k.removeprefix("reward/"): v for k, v in step.infos.items() if k.startswith("reward/")},
             ))  # fmt: skip
             self.batch_steps += 1
@@ -245,12 +247,34 @@ class GameActor(Actor):
                 self.log.warning("match_result_lost", opponent=opponent, error=str(exc))
         await self._pick_opponent(game)
 
-    async def _infer(self, obs: np.ndarray, masks: dict[str, np.ndarray], h: np.ndarray, c: np.ndarray) -> InferReply:
-        """Ask for every row's action, retrying through inference restarts (each failure is a lost step)."""
+    async def _bootstrapped(self, step: Step, reply: InferReply, masks: dict[str, np.ndarray]) -> np.ndarray:
+        """The step's rewards, plus gamma * V(last observation) on rows whose episode a time limit cut
+        (five_actors.model.baseline explains why); such rows are rare, and asked for in one more request."""
+        truncated = step.infos.get("truncated")
+        cut = np.flatnonzero(truncated) if truncated is not None else np.zeros(0, np.int64)
+        if not len(cut):
+            return step.rewards
+        self.episodes_truncated += len(cut)
+        state = [np.asarray(x)[cut] for x in (reply.h, reply.c)]
+        final = step.infos["final_obs"][cut]
+        if self.spec.obs != self.game.obs_spec:
+            final = project_obs(final, self.game.obs_spec, self.spec.obs)
+        try:
+            value = await self._infer(final, {k: v[cut] for k, v in masks.items()}, *state, self._row_versions()[cut])
+        except _ArchChanged:
+            return step.rewards  # the next step switches architecture; these few rows count as ended
+        rewards = step.rewards.copy()
+        rewards[cut] += np.float32(self.gamma) * np.asarray(value.value, np.float32)
+        return rewards
+
+    async def _infer(self, obs: np.ndarray, masks: dict[str, np.ndarray], h: np.ndarray, c: np.ndarray,
+                     versions: np.ndarray | None = None) -> InferReply:
+        """Ask for the actions of every row (or of the rows `versions` names), retrying through inference restarts
+        (each failure is a lost step)."""
         delay = 0.05
         while True:
             address = self.inference_addresses[self._next_inference]
-            request = InferRequest(obs, masks, h, c, self._row_versions(), self.arch)
+            request = InferRequest(obs, masks, h, c, self._row_versions() if versions is None else versions, self.arch)
             try:
                 reply = await self.system.ask(address, request, self.training.infer_timeout_s)
             except (ActorDown, AskTimeout) as exc:
@@ -479,6 +503,7 @@ class GameActor(Actor):
             "past_opponent_games_as_team1": self.past_games_by_side[1],
             "match_results": self.match_results,
             "episodes": self.episodes,
+            "episodes_truncated": self.episodes_truncated,
             "mean_return": float(np.mean(self.returns)) if self.returns else None,
             "returns_kept": len(self.returns),
             "rewards": dict(self.reward_totals),

@@ -7,8 +7,10 @@ parts (one of them, or a Dict or Tuple of them, parts in the space's order) is a
 columns, one per Discrete and one per MultiDiscrete dimension: the first column is the type
 head, each further one a plain secondary head, used by every type. Every
 mask is all True. Games reset automatically: on a done row `obs` is already the next
-episode's first observation, and `infos["episode_return"]` / `infos["episode_length"]`
-hold the finished episode's totals (0 on other rows).
+episode's first observation, `infos["final_obs"]` holds the finished episode's last one, and
+`infos["episode_return"]` / `infos["episode_length"]` its totals (0 on other rows).
+`infos["truncated"]` marks episodes cut by a time limit rather than ended by the environment:
+a learner bootstraps those from the value of `final_obs` instead of treating them as terminal.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ class GymBatchEnv:
         truncated = np.zeros(rows, bool)
         episode_return = np.zeros(rows, np.float32)
         episode_length = np.zeros(rows, np.int64)
+        final_obs = np.zeros((rows, self._obs_size), np.float32)
         for i, env in enumerate(self.envs):
             act = actions[i] + self._start
             o, r, term, trunc, _ = env.step(_env_action(self._action_space, act, 0)[0])
@@ -92,9 +95,10 @@ class GymBatchEnv:
                 dones[i], truncated[i] = True, bool(trunc and not term)
                 episode_return[i], episode_length[i] = self._returns[i], self._lengths[i]
                 self._returns[i], self._lengths[i] = 0.0, 0
+                final_obs[i] = self._flat(o)
                 o, _ = env.reset()
             obs[i] = self._flat(o)
-        infos = {"episode_return": episode_return, "episode_length": episode_length, "truncated": truncated}
+        infos = {"episode_return": episode_return, "episode_length": episode_length, "truncated": truncated, "final_obs": final_obs}
         return Step(obs, self._copy_masks(), rewards, dones, infos)
 
     def close(self) -> None:

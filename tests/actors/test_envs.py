@@ -106,6 +106,15 @@ def test_up_trains_cartpole_and_its_mean_return_rises(cartpole: tuple[Proc, Path
     game = next(a for a in view["actors"] if a["path"] == "/root/rollouts/game-0")
     assert game["status"]["metrics"]["game_past_opponent_games"] == 0  # single agent: no opponent pool
     assert "return " in proc.out and "eval " in proc.out and "TrueSkill" not in proc.out.splitlines()[-1]
+    # Episodes that reach CartPole's 500-step limit are bootstrapped through one more InferRequest, and play goes on.
+    def truncated() -> dict | None:
+        games = [a for a in get(f"{url}/actors")[1]["actors"] if a["path"] == "/root/rollouts/game-0"]
+        metrics = games[0]["status"]["metrics"] if games and games[0].get("status") else {}
+        return metrics if metrics.get("game_episodes_truncated", 0) > 0 else None
+
+    before = wait_until(truncated, timeout=180, what="an episode cut at 500 steps")
+    wait_until(lambda: (m := truncated()) and m["game_chunks_sent"] > before["game_chunks_sent"] + 10, what="chunks still flowing")
+    assert before["game_lost_steps"] == 0
 
 
 @pytest.mark.timeout(300)

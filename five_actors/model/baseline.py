@@ -5,7 +5,7 @@ An episode cut by a time limit (`infos["truncated"]`) is not a terminal state: i
 gets gamma times the value of its last observation (`infos["final_obs"]`). Treating CartPole's
 500-step limit as terminal taught the value that well-balanced states near step 500 are worth
 0, and a solved policy lost what it had learned (seed 1 fell from 500 to 158 at 231k steps; with
-the bootstrap it stayed at 500 to 300k).
+the bootstrap seeds 0 and 1 stayed at 500 to 300k: README, "The policy, PPO and the baseline").
 
 Rows the policy does not control (`opponent`) are played by another function, e.g. the lane
 game's scripted bot; only the policy's rows are learned from.

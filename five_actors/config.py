@@ -27,6 +27,7 @@ from five_actors.supervisor.config import TreeConfig
 from five_actors.game.config import GameConfig
 from five_actors.model.config import ModelConfig, PPOConfig
 from five_actors.actors.config import TrainingConfig
+from five_actors.envs import EnvConfig
 
 T = TypeVar("T")
 
@@ -173,6 +174,8 @@ class Config:
     """The supervisor tree that `five-actors up` starts (five_actors.supervisor.config)."""
     node: NodeConfig = dataclasses.field(default_factory=NodeConfig)
     """This process's node: listen address, link limits, heartbeat, reconnect backoff."""
+    env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
+    """The environment trained on: the lane game (default), a gymnasium id or a factory (five_actors.envs)."""
     game: GameConfig = dataclasses.field(default_factory=GameConfig)
     """The lane game (five_actors.game)."""
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)

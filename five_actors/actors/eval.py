@@ -10,6 +10,11 @@ opponent (win rate with its 95% Wilson interval, TrueSkill), records the first g
 the scripted bot to RUN_DIR/replays/, and saves the ratings to RUN_DIR/eval/ratings.json, which
 a resumed run reads back. Each round's TrueSkill goes to the ParamServer (EvalRating), which
 reverts a live surgery's change being annealed in when it falls too far.
+
+A single-agent environment (`[env]` other than the lane game) has no opponents: each round
+plays `training.eval_games` episodes of the latest version on held-out seeds (the same ones
+every round, far from the training copies' seeds) and logs one `eval_result` event with the
+mean episode return and its 95% confidence interval; there are no ratings.
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ import structlog
 
 from five_actors.actors.inference import policy_from_params
 from five_actors.actors.messages import EvalRating, GetParams, GetStats, Params
-from five_actors.actors.play import GameOutcome, play_round, summarize
+from five_actors.actors.play import EVAL_SEED_BASE, GameOutcome, play_episodes, play_round, summarize, summarize_returns
 from five_actors.actors.ratings import Ratings, load_state, save_state
 from five_actors.config import Config
+from five_actors.envs import make_single_agent
 from five_actors.errors import ConfigError, FiveActorsError
 from five_actors.game.bots import RandomBot, ScriptedBot
 from five_actors.game.config import GameConfig
@@ -38,6 +44,9 @@ from five_actors.runtime.actor import Actor
 from five_actors.supervisor.processes import DEVICE_ENV
 
 log = structlog.get_logger("five_actors.actors")
+
+EVAL_MAX_STEPS = 100_000
+"""Most steps of one single-agent evaluation round; episodes still running then are left out."""
 
 RATINGS_FILE = Path("eval") / "ratings.json"
 """Where, under the run directory, the evaluator keeps its ratings."""
@@ -86,7 +95,11 @@ class EvalActor(Actor):
 
     def status(self) -> dict[str, Any]:
         metrics: dict[str, float] = {"eval_rounds": float(self.rounds)}
-        if self.last:
+        if self.last and "mean_return" in self.last:
+            metrics["eval_version"] = float(self.last["version"])
+            for key in ("mean_return", "ci_low", "ci_high"):
+                metrics[f"eval_{key}"] = float(self.last[key])
+        elif self.last:
             metrics["eval_version"] = float(self.last["version"])
             metrics["eval_trueskill"] = float(self.last["trueskill"])
             metrics["eval_trueskill_sigma"] = float(self.last["trueskill_sigma"])
@@ -129,6 +142,8 @@ class EvalActor(Actor):
         except FiveActorsError as exc:
             self.log.warning("params_refused", version=latest.version, reason=str(exc))
             return None
+        if not self.config.env.is_lane:
+            return await self._evaluate_returns(latest.version, policy)
         me = f"v{latest.version}"
         opponents: list[tuple[str, Bot | Policy]] = [("random", RandomBot(seed=self.training.seed + self.rounds)),
                                                      ("scripted", ScriptedBot(self._game_for(policy)))]  # fmt: skip
@@ -163,6 +178,20 @@ class EvalActor(Actor):
             await self.system.ref(self.params).tell(EvalRating(latest.version, self.last["trueskill"]), sender=self.ref)
         except FiveActorsError as exc:
             self.log.info("rating_not_told", version=latest.version, reason=str(exc))
+        return self.last
+
+    async def _evaluate_returns(self, version: int, policy: Policy) -> dict[str, Any]:
+        """A single-agent round: the mean return of `training.eval_games` episodes on the held-out seeds."""
+        started = time.monotonic()
+        env = await asyncio.to_thread(make_single_agent, self.config.env, self.training.eval_games, EVAL_SEED_BASE)
+        try:
+            returns = await asyncio.to_thread(play_episodes, env, policy, EVAL_SEED_BASE, EVAL_MAX_STEPS)
+        finally:
+            env.close()
+        self.rounds += 1
+        self.last = {"version": version, **summarize_returns(returns), "seconds": round(time.monotonic() - started, 2)}
+        self.log.info("eval_result", **self.last, env=self.config.env.name, round=self.rounds)
+        self._save()
         return self.last
 
     def _game_for(self, policy: Policy) -> GameConfig:

@@ -1,6 +1,9 @@
-"""GameActor: steps a batch of lane games, acts through an InferenceActor, ships rollout chunks.
+"""GameActor: steps a batch of games, acts through an InferenceActor, ships rollout chunks.
 
-Every hero of both teams of every game is a row of one batch. At each game's start one team
+The games are the run's environment (`[env]`, five_actors.envs): the lane game, or copies of a
+single-agent gymnasium environment (one row each, always the latest policy, no opponents; the
+returns of finished episodes are kept for `mean_return`). In the lane game every hero of both
+teams of every game is a row of one batch. At each game's start one team
 plays a past version from the ParamServer's opponent pool with probability
 `training.past_opponent_share`, else both teams play the latest policy. The past version's side
 alternates from one such game to the next in each game slot (slots start on alternate sides), so
@@ -41,6 +44,7 @@ import asyncio
 import dataclasses
 import time
 import zlib
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -53,8 +57,10 @@ from five_actors.actors.messages import (
 )
 from five_actors.actors.subscription import keep_subscribed
 from five_actors.config import Config
+from five_actors.envs import make_env
 from five_actors.errors import ActorDown, AskTimeout, FiveActorsError, ModelError, RemoteError
 from five_actors.game.env import LaneGame
+from five_actors.game.layout import Step
 from five_actors.game.spec import action_spec, obs_spec
 from five_actors.model.spec import ModelSpec
 from five_actors.runtime.actor import Actor
@@ -62,6 +68,9 @@ from five_actors.surgery.anneal import GAME_VERSION, apply_anneal, apply_game_ve
 from five_actors.surgery.verify import project_masks, project_obs
 
 log = structlog.get_logger("five_actors.game_actor")
+
+RETURNS_KEPT = 100
+"""Finished episodes over which `mean_return` is taken (the usual "last 100 episodes")."""
 
 OPPONENT_TIMEOUT_S = 2.0
 """How long an OpponentRequest may take before the game is played against the latest policy."""
@@ -74,7 +83,7 @@ LEARNER_GRACE_S = 0.2
 
 
 class GameActor(Actor):
-    """Plays `training.games_per_actor` lane games; args: `inference` (one address or a list),
+    """Plays `training.games_per_actor` games of the run's environment; args: `inference` (one address or a list),
     `learners` (addresses), `params` (the ParamServer's address)."""
 
     def __init__(
@@ -109,6 +118,10 @@ class GameActor(Actor):
         self.past_games_by_side = [0, 0]
         """Games against a past version, by the team the latest policy played in them."""
         self.match_results = 0
+        self.episodes = 0
+        self.episodes_truncated = 0
+        self.returns: deque[float] = deque(maxlen=RETURNS_KEPT)
+        """Returns of the latest finished episodes (environments that report `episode_return`)."""
         self.reward_totals: dict[str, float] = {}
         self.buffer: list[StepRecord] = []
         self.announced_arch: str | None = None
@@ -130,14 +143,15 @@ class GameActor(Actor):
         self.training = training = config.training
         # Each game actor plays its own games: its seed comes from the run's and its path.
         seed = self.seed if self.seed is not None else (training.seed + zlib.crc32(self.ref.path.encode())) % 2**31
-        game_config = dataclasses.replace(config.game, games_per_batch=training.games_per_actor, seed=seed)
-        self.game = await asyncio.to_thread(LaneGame, game_config)  # may compile numba kernels
+        self.lane = config.env.is_lane
+        self.game = await asyncio.to_thread(make_env, config.env, config.game, training.games_per_actor, seed)  # may compile numba kernels
         self.spec = ModelSpec.build(self.game.obs_spec, self.game.action_spec, config.model)
         self.arch = self.spec.hash
-        self.gamma = config.ppo.gamma(1.0 / config.game.steps_per_second)
+        seconds_per_step = 1.0 / config.game.steps_per_second if self.lane else float(getattr(self.game, "seconds_per_step"))
+        self.gamma = config.ppo.gamma(seconds_per_step)
         self.lam = config.ppo.gae_lambda
         self.rng = np.random.default_rng(seed)
-        self.per_game = 2 * self.game.agents_per_team
+        self.per_game = self.game.teams * self.game.agents_per_team
         self.opponents = np.full(self.game.num_games, LATEST, np.int64)
         self.past_team = np.arange(self.game.num_games, dtype=np.int64) % 2
         """The team that plays the opponent in each game where it is a past version (see the module docstring)."""
@@ -180,29 +194,33 @@ class GameActor(Actor):
             self._count_annealed(actions)
             game = self.game  # rebuilt by a surgery to another game version
             step = await asyncio.to_thread(game.step, actions) if self.batch_steps == 0 else game.step(actions)
+            rewards = await self._bootstrapped(step, reply, model_masks)
             self.buffer.append(StepRecord(
                 model_obs, model_masks, h, c, actions, np.asarray(reply.logp), np.asarray(reply.value),
-                step.rewards, step.dones, starts, np.asarray(reply.versions), latest,
+                rewards, step.dones, starts, np.asarray(reply.versions), latest,
                 {k.removeprefix("reward/"): v for k, v in step.infos.items() if k.startswith("reward/")},
             ))  # fmt: skip
             self.batch_steps += 1
             self.env_steps += game.num_games
             self._add_rewards(step.infos, latest)
+            self._add_returns(step)
             keep = ~step.dones[:, None]
             h, c = np.asarray(reply.h) * keep, np.asarray(reply.c) * keep
             starts = step.dones
             obs, masks = step.obs, step.masks
             for g in np.flatnonzero(step.dones[:: self.per_game]).tolist():
-                await self._game_over(g, step.infos["win"])
+                await self._game_over(g, step.infos.get("win"))
             await self._ship_ready()
 
     def _row_versions(self) -> np.ndarray:
+        if not self.lane:
+            return np.full(self.game.num_rows, LATEST, np.int64)
         return row_versions(self.opponents, self.past_team, self.game.agents_per_team)
 
     async def _pick_opponent(self, game: int) -> None:
-        """Decide at a game's start whether team 1 plays a past version (asked of the ParamServer)."""
+        """Decide at a game's start whether team 1 plays a past version (asked of the ParamServer); never in a single-agent env."""
         self.opponents[game] = LATEST
-        if self.rng.random() >= self.training.past_opponent_share:
+        if not self.lane or self.rng.random() >= self.training.past_opponent_share:
             return
         try:
             reply = await self.params.ask(OpponentRequest(), timeout=OPPONENT_TIMEOUT_S)
@@ -215,14 +233,14 @@ class GameActor(Actor):
             self.past_games += 1
             self.past_games_by_side[1 - int(self.past_team[game])] += 1
 
-    async def _game_over(self, game: int, win: np.ndarray) -> None:
+    async def _game_over(self, game: int, win: np.ndarray | None) -> None:
         """Report a game against a past version to the ParamServer, then pick the next opponent.
 
         `win` is the step's per-row outcome (1 win, 0.5 draw, 0 loss); the latest policy's is its team's.
         """
         self.games_finished += 1
         opponent = int(self.opponents[game])
-        if opponent != LATEST:
+        if opponent != LATEST and win is not None:
             latest_team = 1 - int(self.past_team[game])
             outcome = float(win[game * self.per_game + latest_team * self.game.agents_per_team])
             try:
@@ -232,12 +250,34 @@ class GameActor(Actor):
                 self.log.warning("match_result_lost", opponent=opponent, error=str(exc))
         await self._pick_opponent(game)
 
-    async def _infer(self, obs: np.ndarray, masks: dict[str, np.ndarray], h: np.ndarray, c: np.ndarray) -> InferReply:
-        """Ask for every row's action, retrying through inference restarts (each failure is a lost step)."""
+    async def _bootstrapped(self, step: Step, reply: InferReply, masks: dict[str, np.ndarray]) -> np.ndarray:
+        """The step's rewards, plus gamma * V(last observation) on rows whose episode a time limit cut
+        (five_actors.model.baseline explains why); such rows are rare, and asked for in one more request."""
+        truncated = step.infos.get("truncated")
+        cut = np.flatnonzero(truncated) if truncated is not None else np.zeros(0, np.int64)
+        if not len(cut):
+            return step.rewards
+        self.episodes_truncated += len(cut)
+        state = [np.asarray(x)[cut] for x in (reply.h, reply.c)]
+        final = step.infos["final_obs"][cut]
+        if self.spec.obs != self.game.obs_spec:
+            final = project_obs(final, self.game.obs_spec, self.spec.obs)
+        try:
+            value = await self._infer(final, {k: v[cut] for k, v in masks.items()}, *state, self._row_versions()[cut])
+        except _ArchChanged:
+            return step.rewards  # the next step switches architecture; these few rows count as ended
+        rewards = step.rewards.copy()
+        rewards[cut] += np.float32(self.gamma) * np.asarray(value.value, np.float32)
+        return rewards
+
+    async def _infer(self, obs: np.ndarray, masks: dict[str, np.ndarray], h: np.ndarray, c: np.ndarray,
+                     versions: np.ndarray | None = None) -> InferReply:
+        """Ask for the actions of every row (or of the rows `versions` names), retrying through inference restarts
+        (each failure is a lost step)."""
         delay = 0.05
         while True:
             address = self.inference_addresses[self._next_inference]
-            request = InferRequest(obs, masks, h, c, self._row_versions(), self.arch)
+            request = InferRequest(obs, masks, h, c, self._row_versions() if versions is None else versions, self.arch)
             try:
                 reply = await self.system.ask(address, request, self.training.infer_timeout_s)
             except (ActorDown, AskTimeout) as exc:
@@ -291,9 +331,9 @@ class GameActor(Actor):
         with the anneal shares applied."""
         game_of_row = np.arange(self.game.num_rows) // self.per_game
         num_games = self.game.num_games
-        version = self.game.version
-        if GAME_VERSION in self.anneal and version > 1:
+        if self.lane and GAME_VERSION in self.anneal and self.game.version > 1:
             outside = np.flatnonzero(game_of_row >= games_allowed(self.anneal[GAME_VERSION], num_games))
+            version = self.game.version
             older = (obs_spec(version - 1, self.game.config), action_spec(version - 1, self.game.config))
             obs, masks = apply_game_version(obs, masks, outside, (self.game.obs_spec, self.game.action_spec), older)
         if self.spec.obs != self.game.obs_spec:
@@ -318,7 +358,7 @@ class GameActor(Actor):
         await self._flush()
         old, self.spec, self.arch = self.arch, spec, spec.hash
         self.arch_switches += 1
-        if spec.obs.version != self.game.config.version:
+        if self.lane and spec.obs.version != self.game.config.version:
             self.game = await asyncio.to_thread(LaneGame, dataclasses.replace(self.game.config, version=spec.obs.version))
             self.game.follow_version(self.latest_version)
             obs, masks = await asyncio.to_thread(self.game.reset, self.seed)
@@ -331,6 +371,15 @@ class GameActor(Actor):
         self.log.info("game_arch_switched", arch_from=old, arch_to=self.arch, game_version=spec.obs.version,
                       lstm_size=spec.lstm_size, steps_dropped=self.steps_dropped_arch)  # fmt: skip
         return obs, masks, h, c, starts
+
+    def _add_returns(self, step: Step) -> None:
+        """Keep the returns of episodes that ended with this step (environments that report them)."""
+        finished = step.infos.get("episode_length")
+        if finished is None:
+            return
+        for row in np.flatnonzero(step.dones):
+            self.returns.append(float(step.infos["episode_return"][row]))
+        self.episodes += int(step.dones.sum())
 
     def _add_rewards(self, infos: dict[str, np.ndarray], latest: np.ndarray) -> None:
         for key, value in infos.items():
@@ -441,6 +490,10 @@ class GameActor(Actor):
             "past_opponent_games_as_team0": self.past_games_by_side[0],
             "past_opponent_games_as_team1": self.past_games_by_side[1],
             "match_results": self.match_results,
+            "episodes": self.episodes,
+            "episodes_truncated": self.episodes_truncated,
+            "mean_return": float(np.mean(self.returns)) if self.returns else None,
+            "returns_kept": len(self.returns),
             "rewards": dict(self.reward_totals),
             "team_spirit": self.game.team_spirit if hasattr(self, "game") else None,
             "anneal": dict(self.anneal),

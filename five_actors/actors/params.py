@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from five_actors.config import Config
+from five_actors.envs import make_single_agent
 from five_actors.errors import TrainingError
 from five_actors.game.spec import action_spec, obs_spec
 from five_actors.model.policy import Policy
@@ -25,9 +26,15 @@ Arrays = dict[str, np.ndarray]
 
 
 def model_spec(config: Config) -> ModelSpec:
-    """The architecture a run's config describes: the lane game's layouts with the [model] widths."""
+    """The architecture a run's config describes: its environment's layouts with the [model] widths."""
     game = config.game
-    return ModelSpec.build(obs_spec(game.version, game), action_spec(game.version, game), config.model)
+    if config.env.is_lane:
+        return ModelSpec.build(obs_spec(game.version, game), action_spec(game.version, game), config.model)
+    env = make_single_agent(config.env, 1, config.training.seed)
+    try:
+        return ModelSpec.build(env.obs_spec, env.action_spec, config.model)
+    finally:
+        env.close()
 
 
 def initial_policy(spec: ModelSpec, seed: int) -> Policy:

@@ -2,11 +2,13 @@
 
 Shared by the EvalActor (a round every few seconds of training) and `five-actors eval` (a
 checkpoint on the command line): both play with `play_round` and report with `summarize`.
+A single-agent environment has no opponent: `play_episodes` and `summarize_returns` instead.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,7 @@ import torch
 from five_actors.actors.ratings import wilson_interval
 from five_actors.game.config import GameConfig
 from five_actors.game.env import LaneGame
+from five_actors.game.layout import BatchEnv
 from five_actors.game.match import Bot, replay_meta
 from five_actors.game.replay import Recorder
 from five_actors.model.policy import Policy
@@ -140,3 +143,37 @@ def summarize(outcomes: list[GameOutcome]) -> dict[str, Any]:
     return {"games": len(outcomes), "wins": wins, "draws": draws, "losses": len(outcomes) - wins - draws,
             "win_rate": round(score / max(len(outcomes), 1), 4), "ci_low": round(low, 4), "ci_high": round(high, 4),
             "mean_game_steps": round(float(np.mean([o.steps for o in outcomes])) if outcomes else 0.0, 1)}  # fmt: skip
+
+
+EVAL_SEED_BASE = 1_000_000_000
+"""Evaluation episodes are seeded from here on: far from every training copy's seed (run seed + a crc32 of the actor's path + copy)."""
+
+
+def play_episodes(env: BatchEnv, policy: Policy, seed: int, max_steps: int) -> list[float]:
+    """The return of the first episode of each copy of a single-agent `env` (copy i seeded `seed + i`), the policy sampling.
+
+    Copies whose episode has not ended within `max_steps` steps are left out.
+    """
+    obs, masks = env.reset(seed)
+    player = PolicyPlayer(policy, env.num_rows)
+    returns: list[float | None] = [None] * env.num_rows
+    for _ in range(max_steps):
+        step = env.step(player.act(obs, masks))
+        for row in np.flatnonzero(step.dones):
+            if returns[row] is None:
+                returns[row] = float(step.infos["episode_return"][row])
+        if all(r is not None for r in returns):
+            break
+        player.reset(step.dones)
+        obs, masks = step.obs, step.masks
+    return [r for r in returns if r is not None]
+
+
+def summarize_returns(returns: list[float]) -> dict[str, Any]:
+    """Episodes, mean return with a 95% confidence interval (normal approximation), min and max."""
+    values = np.asarray(returns, np.float64)
+    mean = float(values.mean()) if len(values) else 0.0
+    half = 1.96 * float(values.std(ddof=1)) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+    return {"episodes": len(values), "mean_return": round(mean, 3), "ci_low": round(mean - half, 3), "ci_high": round(mean + half, 3),
+            "min_return": round(float(values.min()), 3) if len(values) else None,
+            "max_return": round(float(values.max()), 3) if len(values) else None}  # fmt: skip

@@ -7,6 +7,7 @@ command prints the dict as one JSON object.
 BENCHMARKS: dict[str, str] = {
     "transport": "five_actors.bench.transport",
     "env": "five_actors.bench.env",
+    "env-train": "five_actors.bench.env_train",
     "learner": "five_actors.bench.learning",
     "learning": "five_actors.bench.learning_curve",
     "rollout": "five_actors.bench.rollout",

@@ -1,16 +1,22 @@
 """Any gymnasium environment as a `layout.BatchEnv`, so the model and PPO run on it unchanged.
 
-The observation (a Box, flattened) is one `self` block with one slot. A Discrete action space
-becomes the type head; a one-dimensional MultiDiscrete becomes the type head (its first
-dimension) plus one plain secondary head per further dimension, used by every type. Every
+The observation is one `self` block with one slot: a Box flattened, a Discrete or
+MultiDiscrete one-hot, a Dict or Tuple of those flattened in gymnasium's order
+(`gymnasium.spaces.flatten`). An action space of Discrete and one-dimensional MultiDiscrete
+parts (one of them, or a Dict or Tuple of them, parts in the space's order) is a row of
+columns, one per Discrete and one per MultiDiscrete dimension: the first column is the type
+head, each further one a plain secondary head, used by every type. Every
 mask is all True. Games reset automatically: on a done row `obs` is already the next
-episode's first observation, and `infos["episode_return"]` / `infos["episode_length"]`
-hold the finished episode's totals (0 on other rows).
+episode's first observation, `infos["final_obs"]` holds the finished episode's last one, and
+`infos["episode_return"]` / `infos["episode_length"]` its totals (0 on other rows).
+`infos["truncated"]` marks episodes cut by a time limit rather than ended by the environment:
+a learner bootstraps those from the value of `final_obs` instead of treating them as terminal.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -35,16 +41,17 @@ class GymBatchEnv:
         self.envs = [factory() for _ in range(num_envs)]
         self.num_games = num_envs
         self.seed = seed
-        space = self.envs[0].observation_space
-        if not isinstance(space, gym.spaces.Box):
-            raise GameError(f"{self.name}: observation space {space} is not supported (only Box observations are)")
-        self._obs_size = int(np.prod(space.shape))
+        self._obs_space = space = self.envs[0].observation_space
+        if not _flattenable(space):
+            raise GameError(f"{self.name}: observation space {space} is not supported "
+                            "(only Box, Discrete, MultiDiscrete, and Dict or Tuple of those are)")  # fmt: skip
+        self._obs_size = int(gym.spaces.flatdim(space))
         self.obs_spec = ObsSpec((EntityBlock("self", 1, tuple(f"obs{i}" for i in range(self._obs_size))),))
         self._nvec, self._start = _action_dims(self.envs[0].action_space, self.name)
         types = tuple(f"a{i}" for i in range(self._nvec[0]))
         heads = tuple(ActionHead(f"head{d}", int(n)) for d, n in enumerate(self._nvec[1:], start=1))
         self.action_spec = ActionSpec(types, heads)
-        self._discrete = isinstance(self.envs[0].action_space, gym.spaces.Discrete)
+        self._action_space = self.envs[0].action_space
         fps = self.envs[0].metadata.get("render_fps")
         self.seconds_per_step = 1.0 / float(fps) if fps else 1.0
         """Game time per step, for a discount from a horizon in seconds (1 s when the env does not say)."""
@@ -77,9 +84,10 @@ class GymBatchEnv:
         truncated = np.zeros(rows, bool)
         episode_return = np.zeros(rows, np.float32)
         episode_length = np.zeros(rows, np.int64)
+        final_obs = np.zeros((rows, self._obs_size), np.float32)
         for i, env in enumerate(self.envs):
             act = actions[i] + self._start
-            o, r, term, trunc, _ = env.step(int(act[0]) if self._discrete else act)
+            o, r, term, trunc, _ = env.step(_env_action(self._action_space, act, 0)[0])
             rewards[i] = r
             self._returns[i] += r
             self._lengths[i] += 1
@@ -87,9 +95,10 @@ class GymBatchEnv:
                 dones[i], truncated[i] = True, bool(trunc and not term)
                 episode_return[i], episode_length[i] = self._returns[i], self._lengths[i]
                 self._returns[i], self._lengths[i] = 0.0, 0
+                final_obs[i] = self._flat(o)
                 o, _ = env.reset()
             obs[i] = self._flat(o)
-        infos = {"episode_return": episode_return, "episode_length": episode_length, "truncated": truncated}
+        infos = {"episode_return": episode_return, "episode_length": episode_length, "truncated": truncated, "final_obs": final_obs}
         return Step(obs, self._copy_masks(), rewards, dones, infos)
 
     def close(self) -> None:
@@ -97,8 +106,8 @@ class GymBatchEnv:
         for env in self.envs:
             env.close()
 
-    def _flat(self, obs: np.ndarray) -> np.ndarray:
-        return np.asarray(obs, np.float32).reshape(self._obs_size)
+    def _flat(self, obs: object) -> np.ndarray:
+        return np.asarray(gym.spaces.flatten(self._obs_space, obs), np.float32).reshape(self._obs_size)
 
     def _copy_masks(self) -> dict[str, np.ndarray]:
         return {k: v.copy() for k, v in self._masks.items()}
@@ -117,12 +126,53 @@ class GymBatchEnv:
         return actions.astype(np.int64)
 
 
+def _flattenable(space: gym.Space) -> bool:
+    """Whether `space` is a Box, Discrete or MultiDiscrete, or a Dict or Tuple of flattenable spaces."""
+    if isinstance(space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        return True
+    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        parts = space.spaces.values() if isinstance(space, gym.spaces.Dict) else space.spaces
+        return all(_flattenable(s) for s in parts)
+    return False
+
+
+def _parts(space: gym.Space) -> list[gym.Space]:
+    """The parts of a Dict or Tuple space in order (the space itself otherwise)."""
+    if isinstance(space, gym.spaces.Dict):
+        return list(space.spaces.values())
+    if isinstance(space, gym.spaces.Tuple):
+        return list(space.spaces)
+    return [space]
+
+
 def _action_dims(space: gym.Space, name: str) -> tuple[np.ndarray, np.ndarray]:
     """(choices per column, offset added to each column) for a supported action space."""
+    nvec: list[int] = []
+    start: list[int] = []
+    for part in _parts(space):
+        if isinstance(part, gym.spaces.Discrete):
+            nvec.append(int(part.n))
+            start.append(int(part.start))
+        elif isinstance(part, gym.spaces.MultiDiscrete) and part.nvec.ndim == 1:
+            nvec += part.nvec.astype(np.int64).tolist()
+            start += part.start.astype(np.int64).tolist()
+        else:
+            raise GameError(f"{name}: action space {space} is not supported "
+                            "(only Discrete, one-dimensional MultiDiscrete, and Dict or Tuple of those are)")  # fmt: skip
+    return np.array(nvec, np.int64), np.array(start, np.int64)
+
+
+def _env_action(space: gym.Space, columns: np.ndarray, first: int) -> tuple[Any, int]:
+    """The env's action read from `columns[first:]`, and the column after it."""
     if isinstance(space, gym.spaces.Discrete):
-        return np.array([int(space.n)]), np.array([int(space.start)])
+        return int(columns[first]), first + 1
     if isinstance(space, gym.spaces.MultiDiscrete):
-        if space.nvec.ndim != 1:
-            raise GameError(f"{name}: MultiDiscrete action spaces must be one-dimensional, got shape {space.nvec.shape}")
-        return space.nvec.astype(np.int64), space.start.astype(np.int64)
-    raise GameError(f"{name}: action space {space} is not supported (only Discrete and MultiDiscrete are)")
+        end = first + len(space.nvec)
+        return columns[first:end].copy(), end
+    values = []
+    for part in _parts(space):
+        value, first = _env_action(part, columns, first)
+        values.append(value)
+    if isinstance(space, gym.spaces.Dict):
+        return dict(zip(space.spaces, values, strict=True)), first
+    return tuple(values), first

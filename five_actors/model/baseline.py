@@ -1,6 +1,12 @@
 """The synchronous baseline: one process steps a batch of games, acts, collects 16-step chunks,
 updates with PPO, and repeats. It is the reference the asynchronous actor system must beat.
 
+An episode cut by a time limit (`infos["truncated"]`) is not a terminal state: its last reward
+gets gamma times the value of its last observation (`infos["final_obs"]`). Treating CartPole's
+500-step limit as terminal taught the value that well-balanced states near step 500 are worth
+0, and a solved policy lost what it had learned (seed 1 fell from 500 to 158 at 231k steps; with
+the bootstrap seeds 0 and 1 stayed at 500 to 300k: README, "The policy, PPO and the baseline").
+
 Rows the policy does not control (`opponent`) are played by another function, e.g. the lane
 game's scripted bot; only the policy's rows are learned from.
 """
@@ -16,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from five_actors.game.layout import BatchEnv
+from five_actors.game.layout import BatchEnv, Step
 from five_actors.model.config import PPOConfig
 from five_actors.model.policy import Policy, State
 from five_actors.model.ppo import PPO, Chunks, chunk, gae
@@ -127,7 +133,7 @@ class SyncTrainer:
                 masks[k].append(v)
             for key, value in (("actions", out.actions), ("logp", out.logp), ("values", out.value)):
                 record[key].append(value)
-            record["rewards"].append(torch.as_tensor(step.rewards[rows], device=device))
+            record["rewards"].append(self._bootstrapped(step, out.state, step_masks))
             record["dones"].append(dones)
             record["starts"].append(self._starts)
             self._track_episodes(step.rewards, step.dones, step.infos)
@@ -154,6 +160,20 @@ class SyncTrainer:
             returns=chunk(returns, n),
             state=(torch.cat([s[0] for s in states]), torch.cat([s[1] for s in states])),
         )
+
+    def _bootstrapped(self, step: Step, state: State, masks: dict[str, np.ndarray]) -> Tensor:
+        """The policy rows' rewards, plus gamma * V(last observation) on rows whose episode a time limit cut."""
+        rows = self.policy_rows
+        rewards = torch.as_tensor(step.rewards[rows], device=self.policy.device)
+        truncated = step.infos.get("truncated")
+        cut = np.flatnonzero(truncated[rows]) if truncated is not None else np.zeros(0, np.int64)
+        if len(cut):
+            final = step.infos["final_obs"][rows][cut]
+            index = torch.as_tensor(cut, device=self.policy.device)
+            value = self.policy.act(final, {k: v[cut] for k, v in masks.items()}, (state[0][index], state[1][index])).value
+            rewards = rewards.clone()
+            rewards[index] += self.gamma * value.to(rewards.dtype)
+        return rewards
 
     def _track_episodes(self, rewards: np.ndarray, dones: np.ndarray, infos: dict[str, np.ndarray]) -> None:
         """Episode returns and wins of the policy's rows, for progress reports."""

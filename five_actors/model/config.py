@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from five_actors.schedule import Schedule, check_schedule
 
@@ -19,8 +20,10 @@ class ModelConfig:
     """Width of each entity embedding (the encoder's output, pooled over slots)."""
     core_input: int = 128
     """Width of the layer between the pooled embeddings and the LSTM."""
+    core: Literal["lstm", "mlp"] = "lstm"
+    """The core: "lstm" (memory across steps) or "mlp" (one ReLU layer of `lstm_size` units, no memory)."""
     lstm_size: int = 128
-    """LSTM units (OpenAI Five used 4096; thousands are practical on a GPU)."""
+    """Units of the core (OpenAI Five's LSTM had 4096; thousands are practical on a GPU)."""
     pointer_key: int = 32
     """Width of the attention keys and queries of pointer (target) heads."""
 
@@ -28,6 +31,8 @@ class ModelConfig:
         for name in ("entity_hidden", "entity_embed", "core_input", "lstm_size", "pointer_key"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.core not in ("lstm", "mlp"):
+            raise ValueError(f"core must be 'lstm' or 'mlp', got {self.core!r}")
         if not (self.device == "cpu" or self.device == "cuda" or self.device.startswith("cuda:")):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
 

@@ -5,6 +5,10 @@
             ──> max-pool over present slots (single-slot blocks pass through) ──> concat
             ──> linear + ReLU ──> LSTM core ──> type head, secondary heads, value head
 
+With `spec.core == "mlp"` the LSTM is one linear + ReLU layer of `lstm_size` units: the state
+(h, c) keeps its shape so messages and chunks do not change, but h is only the last output
+and is never read back, and c stays 0.
+
 A pointer head attends from the core output over the entity embeddings of the blocks it
 points at. Sampling and log-probabilities respect the masks; the log-probability and
 entropy of an action add only the secondary heads that its type uses.
@@ -65,7 +69,10 @@ class Policy(nn.Module):
             }
         )
         self.combine = _layer(len(blocks) * spec.entity_embed, spec.core_input)
-        self.lstm = nn.LSTMCell(spec.core_input, spec.lstm_size)
+        if spec.core == "lstm":
+            self.lstm = nn.LSTMCell(spec.core_input, spec.lstm_size)
+        else:
+            self.mlp = _layer(spec.core_input, spec.lstm_size)
         self.type_head = _layer(spec.lstm_size, len(spec.actions.types), gain=0.01)
         self.heads = nn.ModuleDict()
         for head in spec.actions.heads:
@@ -92,7 +99,7 @@ class Policy(nn.Module):
         """Choose one legal action per row (sampled, or the most likely when `deterministic`)."""
         obs_t, masks_t = self.prepare(obs, masks)
         embeddings, core_in = self._encode(obs_t)
-        h, c = self.lstm(core_in, state)
+        h, c = self.core_step(core_in, state)
         choice, logp, _ = self._heads(h, embeddings, masks_t, None, deterministic)
         return ActOutput(choice, logp, self.value_norm.denormalize(self.value_head(h).squeeze(-1)), (h, c))
 
@@ -111,7 +118,7 @@ class Policy(nn.Module):
         h, c = state
         outputs = []
         for t in range(steps):
-            h, c = self.lstm(core_in[t], (h * keep[t], c * keep[t]))
+            h, c = self.core_step(core_in[t], (h * keep[t], c * keep[t]))
             outputs.append(h)
         core = torch.stack(outputs).reshape(steps * batch, -1)
         flat_masks = {k: flat(v) for k, v in masks.items()}
@@ -164,6 +171,13 @@ class Policy(nn.Module):
         for block, x in self.spec.obs.split(obs.reshape(-1, self.spec.obs.size).float()).items():
             present = x[..., 0] > 0.5 if x.shape[1] > 1 else torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
             self.norms[block].update(x[present])
+
+    def core_step(self, x: Tensor, state: State) -> State:
+        """One step of the core: the LSTM, or the MLP layer (which ignores and passes on the state's c)."""
+        if self.spec.core == "lstm":
+            h, c = self.lstm(x, state)
+            return h, c
+        return torch.relu(self.mlp(x)), state[1]
 
     def _encode(self, obs: Tensor) -> tuple[dict[str, Tensor], Tensor]:
         """Per-block entity embeddings `[rows, slots, embed]` and the LSTM's input `[rows, core_input]`."""

@@ -31,12 +31,16 @@ class ModelSpec:
     core_input: int = 128
     lstm_size: int = 128
     pointer_key: int = 32
+    core: str = "lstm"
+    """"lstm" or "mlp" (five_actors.model.config.ModelConfig.core)."""
 
     def __post_init__(self) -> None:
         if not self.obs.blocks:
             raise ModelError("the observation spec has no entity blocks")
         if not self.actions.types:
             raise ModelError("the action spec has no action types")
+        if self.core not in ("lstm", "mlp"):
+            raise ModelError(f"core must be 'lstm' or 'mlp', got {self.core!r}")
         names = [b.name for b in self.obs.blocks]
         for head in self.actions.heads:
             if head.name == "type":
@@ -53,11 +57,14 @@ class ModelSpec:
     @classmethod
     def build(cls, obs: ObsSpec, actions: ActionSpec, config: ModelConfig) -> ModelSpec:
         """The spec for an environment's layouts with the widths from `config`."""
-        return cls(obs, actions, config.entity_hidden, config.entity_embed, config.core_input, config.lstm_size, config.pointer_key)
+        return cls(obs, actions, config.entity_hidden, config.entity_embed, config.core_input, config.lstm_size, config.pointer_key, config.core)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready description; `from_dict` inverts it exactly."""
+        """A JSON-ready description; `from_dict` inverts it exactly. An LSTM core is not written, so
+        the specs (and hashes) of runs from before the MLP core are unchanged."""
+        core = {} if self.core == "lstm" else {"core": self.core}
         return {
+            **core,
             "format": SPEC_FORMAT,
             "obs": self.obs.to_dict(),
             "actions": self.actions.to_dict(),
@@ -75,7 +82,7 @@ class ModelSpec:
             if data["format"] != SPEC_FORMAT:
                 raise ModelError(f"model spec format {data['format']!r} is not supported (expected {SPEC_FORMAT})")
             widths = {k: int(data[k]) for k in ("entity_hidden", "entity_embed", "core_input", "lstm_size", "pointer_key")}
-            return cls(ObsSpec.from_dict(data["obs"]), ActionSpec.from_dict(data["actions"]), **widths)
+            return cls(ObsSpec.from_dict(data["obs"]), ActionSpec.from_dict(data["actions"]), **widths, core=str(data.get("core", "lstm")))
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelError(f"malformed model spec: {type(exc).__name__}: {exc}") from None
 

@@ -24,6 +24,7 @@ import structlog
 
 from five_actors.config import RUN_CONFIG, Config, from_mapping, read_run_config, write_run_config
 from five_actors.errors import ConfigError, FiveActorsError
+from five_actors.envs import check_env
 from five_actors.logs import configure_logging
 from five_actors.runtime.actor import NORMAL_EXITS, Actor
 from five_actors.runtime.config import NodeConfig
@@ -130,6 +131,7 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
     `progress` builds the live line from the tree's view and the seconds elapsed (default: ProgressLine).
     """
     check_importable(config.tree)
+    check_env(config.env)  # an unknown environment or unsupported space stops the run here (exit 2), not in a child
     run_dir.mkdir(parents=True, exist_ok=True)
     token = write_token(run_dir)
     config = resolve_run_config(config)

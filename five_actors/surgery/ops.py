@@ -251,6 +251,8 @@ def _check_size(name: str, old: int, new: int) -> None:
 
 def widen_lstm(edit: Edit, size: int, rng: torch.Generator) -> None:
     """New LSTM units: every gate's incoming weights small random, their outputs into old gates and heads zero."""
+    if edit.spec.core != "lstm":
+        raise SurgeryRejected(f"widen-lstm needs an LSTM core; this model's core is {edit.spec.core!r}")
     old = edit.spec.lstm_size
     _check_size("lstm_size", old, size)
     units = torch.arange(old)

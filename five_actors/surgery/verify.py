@@ -183,7 +183,7 @@ def distributions(policy: Policy, obs: Tensor, masks: Mapping[str, Tensor], stat
     """Every head's masked probabilities (`type` [rows, types]; a secondary head [rows, types, size] under
     each type's mask), the value head's output [rows] and the next LSTM state."""
     embeddings, core_in = policy._encode(obs)
-    h, c = policy.lstm(core_in, state)
+    h, c = policy.core_step(core_in, state)
     probs = {"type": _softmax(policy.type_head(h).masked_fill(~masks["type"], MASKED_LOGIT))}
     for head in policy.spec.actions.heads:
         module = policy.heads[head.name]

@@ -22,3 +22,22 @@ def test_a_short_cartpole_run_improves_the_return() -> None:
     assert last.steps >= 16_000 and last.updates == len(reports) * config.epochs * config.minibatches
     assert first.mean_return is not None and first.mean_return < 40  # random play
     assert last.mean_return is not None and last.mean_return > 120, [r.mean_return for r in reports]
+
+
+def test_an_episode_cut_by_a_time_limit_is_bootstrapped_from_its_last_observation() -> None:
+    import gymnasium as gym
+    import numpy as np
+
+    env = GymBatchEnv(lambda: gym.make("CartPole-v1", max_episode_steps=5), 2, seed=3)
+    spec = ModelSpec.build(env.obs_spec, env.action_spec, ModelConfig(lstm_size=8, core_input=8, entity_hidden=8, entity_embed=8))
+    torch.manual_seed(0)
+    policy = Policy(spec)
+    with torch.no_grad():
+        policy.value_head.bias.fill_(10.0)  # a clearly non-zero value everywhere
+    trainer = SyncTrainer(env, policy, PPOConfig(chunk_steps=5, rollout_chunks=1), gamma=0.9)
+    chunks = trainer.collect()
+    rewards = chunks.rewards.reshape(-1, 2)  # the 5 steps of each copy: the 5th is cut by the time limit
+    assert bool(chunks.dones.reshape(-1, 2)[4].all())
+    assert np.allclose(rewards[:4].numpy(), 1.0)
+    # CartPole's reward 1, plus gamma times the value of the last observation (about 10 from the head's bias).
+    assert ((rewards[4] - 1.0) / 0.9 > 5.0).all(), rewards[4]

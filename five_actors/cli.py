@@ -196,6 +196,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     """Start the root supervisor and its tree on this host, serve HTTP, stop cleanly on Ctrl-C/SIGTERM."""
     from five_actors.actors.live import TrainingLine
     from five_actors.config import load_config
+    from five_actors.dashboard import Dashboard
     from five_actors.runtime.node import run
     from five_actors.supervisor.main import default_run_dir, up
 
@@ -207,7 +208,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     else:
         config = load_config(args.config or "default", args.set or ())
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(config.name)
-    return run(up(config, run_dir, args.host, args.port, args.duration, sys.stdout, TrainingLine()))
+    return run(up(config, run_dir, args.host, args.port, args.duration, sys.stdout, TrainingLine(), Dashboard(run_dir)))
 
 
 def resume_config(run_dir: Path, overrides: Sequence[str]) -> Config:
@@ -271,7 +272,10 @@ def cmd_node(args: argparse.Namespace) -> int:
 
 
 def _add_supervisor_parsers(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    up = commands.add_parser("up", help="start the root supervisor and its tree on this host")
+    up = commands.add_parser(
+        "up", help="start the root supervisor and its tree on this host",
+        description="Start the root supervisor and its tree on this host. The live dashboard is at "
+                    "http://HOST:PORT/ (default http://127.0.0.1:8780/; the URL is printed at start).")
     up.add_argument("--config", help="a config file or bundled config name (default: default)")
     up.add_argument("--resume", metavar="RUN_DIR", help="continue that run: its config, checkpoint, version counters, pool and ratings")
     up.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. --set tree.max_restarts=5")

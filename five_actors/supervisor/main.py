@@ -17,10 +17,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import orjson
 import structlog
+from aiohttp import web
 
 from five_actors.config import RUN_CONFIG, Config, from_mapping, read_run_config, write_run_config
 from five_actors.errors import ConfigError, FiveActorsError
@@ -92,11 +93,14 @@ def _shutdown_timeout(spec: SupervisorSpec) -> float:
     return sum(c.shutdown_timeout + (_shutdown_timeout(c) if c.children else 0.0) for c in spec.children) + 5.0
 
 
-async def _start_node(node_id: str, token: str, node_config: NodeConfig, agent_factory: Any) -> tuple[Node, NodeAgent, asyncio.Event]:
+async def _start_node(node_id: str, token: str, node_config: NodeConfig, agent_factory: Any,
+                      extra: HeadExtra | None = None) -> tuple[Node, NodeAgent, asyncio.Event]:
     node = Node(node_id, token, node_config)
     agent = agent_factory(node)
     shutdown = asyncio.Event()
     health.install(node.app, agent, shutdown)
+    if extra is not None:
+        extra.install(node.app)
     try:
         await node.start()
     except OSError as exc:
@@ -122,11 +126,22 @@ async def _first(*aws: Any) -> None:
             task.cancel()
 
 
+class HeadExtra(Protocol):
+    """Something more the head serves (the dashboard): routes on its app, and every view the live line sees."""
+
+    def install(self, app: web.Application) -> None:
+        """Add routes to the head's app (before it starts)."""
+
+    def observe(self, view: dict[str, Any], elapsed: float) -> None:
+        """Take one view of the tree, `elapsed` seconds into the run."""
+
+
 async def up(config: Config, run_dir: Path, host: str | None, port: int | None, duration: float | None, out: TextIO,
-             progress: Callable[[dict[str, Any], float], str] | None = None) -> int:
+             progress: Callable[[dict[str, Any], float], str] | None = None, extra: HeadExtra | None = None) -> int:
     """Run the head: the root supervisor and its tree, HTTP, a live progress line, until stopped.
 
-    `progress` builds the live line from the tree's view and the seconds elapsed (default: ProgressLine).
+    `progress` builds the live line from the tree's view and the seconds elapsed (default: ProgressLine);
+    `extra` (the dashboard) adds routes to the head's app and sees the same views.
     """
     check_importable(config.tree)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -140,15 +155,17 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
         raise ConfigError(f"--host/--port: {exc}") from None
     out.write(f"run dir: {run_dir}\n")
     registry = HostRegistry()
-    node, agent, shutdown = await _start_node(HEAD_NODE, token, node_config, NodeAgent)
+    node, agent, shutdown = await _start_node(HEAD_NODE, token, node_config, NodeAgent, extra)
     node.system.spawn(agent, AGENT_PATH)
     out.write(f"serving http://{node_config.host}:{node.port} (/health /actors /metrics), links at {node.url}/ws\n")
+    if extra is not None:
+        out.write(f"dashboard: http://{node_config.host}:{node.port}/\n")
     out.flush()
     node.system.spawn(registry, REGISTRY_PATH)
     context = TreeContext(node.system, run_dir, node, hosts=registry, config=config)
     root = node.system.spawn(Supervisor(config.tree, context), ROOT_PATH)
     started = asyncio.ensure_future(node.system.wait_started(root))
-    ticker = asyncio.get_running_loop().create_task(_print_progress(agent, out, progress or ProgressLine()))
+    ticker = asyncio.get_running_loop().create_task(_print_progress(agent, out, progress or ProgressLine(), extra))
     root_exit = asyncio.ensure_future(node.system.wait(root))
     deadline = asyncio.sleep(duration) if duration is not None else asyncio.Event().wait()
     try:
@@ -175,13 +192,18 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
     return 0
 
 
-async def _print_progress(agent: NodeAgent, out: TextIO, progress_line: Callable[[dict[str, Any], float], str]) -> None:
+async def _print_progress(agent: NodeAgent, out: TextIO, progress_line: Callable[[dict[str, Any], float], str],
+                          extra: HeadExtra | None) -> None:
     started = time.monotonic()
     live = out.isatty()
     while True:
         await asyncio.sleep(1.0)
         try:
-            line = progress_line(await agent.view(), time.monotonic() - started)
+            view = await agent.view()
+            elapsed = time.monotonic() - started
+            if extra is not None:
+                extra.observe(view, elapsed)
+            line = progress_line(view, elapsed)
         except FiveActorsError:
             continue  # the view is incomplete while a child restarts; the next second will do
         except Exception:  # noqa: BLE001 - a broken line must not end the live line for the run

@@ -1,0 +1,95 @@
+"""The dashboard on a real `five-actors up --config smoke`: its JSON routes, and the page in a real headless Chromium."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.browser import CHROMIUM, Browser
+from tests.supervisor.cluster import Proc, actor, get, wait_until
+from tests.supervisor.test_up import Head
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
+    where = tmp_path_factory.mktemp("dashboard")
+    run_dir = where / "run"
+    proc = Proc(["up", "--config", "smoke", "--run-dir", str(run_dir), "--port", "0"], where, "up")
+    try:
+        head = Head(proc, run_dir)
+        wait_until(lambda: get(f"{head.url}/health")[0] == 200, timeout=150, what="the smoke tree up")
+        yield head
+    finally:
+        proc.kill()
+
+
+def tree_paths(head: Head) -> set[str]:
+    return {a["path"] for a in head.view()["actors"] if not a["path"].startswith("/_")}
+
+
+def test_up_prints_the_dashboard_url_and_serves_a_self_contained_page(smoke: Head) -> None:
+    assert f"dashboard: {smoke.url}/" in smoke.proc.out
+    status, page = get(f"{smoke.url}/")
+    assert status == 200 and "<title>five-actors dashboard</title>" in page
+    # Nothing is fetched from elsewhere: the one absolute URL is the SVG namespace, a name, not a fetch.
+    assert set(re.findall(r"https?://[^\"' )]+", page)) == {"http://www.w3.org/2000/svg"}
+
+
+def test_series_route_returns_points_after_since(smoke: Head) -> None:
+    points = wait_until(lambda: (b := get(f"{smoke.url}/api/series?since=0")[1]) and len(b["points"]) >= 3 and b["points"],
+                        timeout=120, what="three points")  # fmt: skip
+    assert all(a["t"] < b["t"] for a, b in zip(points, points[1:]))
+    later = get(f"{smoke.url}/api/series?since={points[-2]['t']}")[1]["points"]
+    assert later and later[0]["t"] == points[-1]["t"]
+    assert {"env_steps_per_s", "samples_per_s", "staleness", "reuse", "trueskill", "version"} <= set(points[-1])
+    status, body = get(f"{smoke.url}/api/series?since=yesterday")
+    assert status == 400 and "since" in body["message"]
+
+
+def test_eval_rounds_link_replays_and_logs_filter_by_actor(smoke: Head) -> None:
+    rounds = wait_until(lambda: get(f"{smoke.url}/api/evals")[1]["rounds"], timeout=120, what="an eval round")
+    assert rounds[0]["replay"].startswith("eval-r00001-")
+    status, player = get(f"{smoke.url}/replays/{rounds[0]['replay']}")
+    assert status == 200 and "<canvas" in player
+    assert get(f"{smoke.url}/replays/..%2Ftoken")[0] == 404
+    status, lines = get(f"{smoke.url}/logs?actor=/root/eval&event=eval_result&limit=2")
+    assert status == 200 and len(lines.splitlines()) == 2 and all(" /root/eval eval_result " in line for line in lines.splitlines())
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install chromium)")
+@pytest.mark.timeout(420)
+async def test_the_page_in_headless_chromium(smoke: Head, tmp_path: Path) -> None:
+    async with Browser.launch(tmp_path / "profile") as browser:
+        await browser.open(f"{smoke.url}/")
+        expected = sorted(tree_paths(smoke))
+        shown = await browser.until(f"(r => r.length === {len(expected)} && r)"
+                                    "([...document.querySelectorAll('#tree tbody tr')].map(tr => tr.dataset.path).sort())", 30)  # fmt: skip
+        assert shown == expected
+
+        chart = "Number(document.querySelector('.chart[data-key=env_steps_per_s]')?.dataset.points || 0)"
+        before = await browser.until(chart, 60)
+        await browser.until(f"{chart} > {before + 2}", 60)
+        assert await browser.eval("document.querySelector('.chart[data-key=env_steps_per_s] polyline').points.length") > before
+
+        game = actor(smoke.view(), "/root/rollouts/game-0")
+        row = "document.querySelector('#tree tr[data-path=\"/root/rollouts/game-0\"]')"
+        os.kill(game["pid"], signal.SIGKILL)
+        await browser.until(f"{row}.classList.contains('problem')", 30, every=0.05)
+        assert await browser.eval("document.getElementById('status').textContent.startsWith('degraded')")
+        await browser.until(f"!{row}.classList.contains('problem') && {row}.dataset.state === 'running'", 120)
+        assert await browser.eval(f"{row}.querySelector('td.restarts').textContent") == str(game["restarts"] + 1)
+
+        await browser.eval("document.getElementById('surgery-ops').value = 'widen-lstm 48'")
+        await browser.eval(f"document.getElementById('surgery-token').value = '{smoke.token}'")
+        await browser.eval("document.getElementById('surgery-send').click()")
+        report = await browser.until("(t => t.startsWith('200') && t)(document.getElementById('surgery-report').textContent)", 180)
+        assert '"dry_run": true' in report and "verification" in report
+        assert await browser.eval("document.getElementById('surgery-token').value") == ""
+        assert smoke.token not in await browser.eval("document.documentElement.outerHTML + location.href")
+        await browser.until("document.querySelector('#surgeries tbody tr')?.textContent.includes('dry run')", 30)
+        assert browser.errors == []

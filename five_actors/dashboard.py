@@ -4,7 +4,7 @@
     GET /api/series?since=T     the training facts sampled every second after UNIX time T
     GET /api/tree               /actors with `problem: true` on each row that makes /health 503
     GET /api/evals              the EvalActor's rounds, each with its recorded replay's name
-    GET /api/surgeries          surgery, surgery_rejected and surgery_reverted events, oldest first
+    GET /api/surgeries          the ParamServer's surgery, surgery_rejected and surgery_reverted events, oldest first
     GET /replays/NAME           the recorded match NAME in the HTML replay player
     GET /logs?actor=GLOB        the run's structured logs, readable lines, newest `limit` (500)
 
@@ -173,7 +173,9 @@ class Dashboard:
 
     def _read_surgeries(self) -> list[dict[str, Any]]:
         entries = read_merged(find_log_dir(self.run_dir), LogFilter(events=SURGERY_EVENTS))
-        return [record for record, _raw in entries]
+        # The ParamServer's events (it logs as an actor) are the history; the per-version lines of the
+        # verification code underneath them carry no actor.
+        return [record for record, _raw in entries if record.get("actor")]
 
 
 def _bad_request(message: str) -> web.Response:

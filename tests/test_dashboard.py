@@ -92,4 +92,5 @@ async def test_the_page_in_headless_chromium(smoke: Head, tmp_path: Path) -> Non
         assert await browser.eval("document.getElementById('surgery-token').value") == ""
         assert smoke.token not in await browser.eval("document.documentElement.outerHTML + location.href")
         await browser.until("document.querySelector('#surgeries tbody tr')?.textContent.includes('dry run')", 30)
+        assert await browser.eval("document.querySelectorAll('#surgeries tbody tr').length") == 1  # one surgery, one row
         assert browser.errors == []

@@ -44,6 +44,8 @@ ROOT_PATH = "/root"
 """The path of the root supervisor on the head node."""
 HEAD_NODE = "head"
 """The node id of the process `five-actors up` runs in."""
+PLAIN_LINE_EVERY_S = 10.0
+"""Seconds between live lines when stdout is not a terminal (CI, nohup, a log file); a terminal repaints every second."""
 
 
 def default_run_dir(name: str) -> Path:
@@ -194,8 +196,10 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
 
 async def _print_progress(agent: NodeAgent, out: TextIO, progress_line: Callable[[dict[str, Any], float], str],
                           extra: HeadExtra | None) -> None:
+    """Every second: a view for `extra`, and the live line (repainted on a terminal, else one every PLAIN_LINE_EVERY_S)."""
     started = time.monotonic()
     live = out.isatty()
+    written = -PLAIN_LINE_EVERY_S
     while True:
         await asyncio.sleep(1.0)
         try:
@@ -209,7 +213,11 @@ async def _print_progress(agent: NodeAgent, out: TextIO, progress_line: Callable
         except Exception:  # noqa: BLE001 - a broken line must not end the live line for the run
             log.exception("progress_line_failed")
             continue
-        out.write(f"\r{line}\x1b[K" if live else f"{line}\n")
+        if live:
+            out.write(f"\r{line}\x1b[K")
+        elif elapsed - written >= PLAIN_LINE_EVERY_S:
+            out.write(f"{line}\n")
+            written = elapsed
         out.flush()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes.util
 import json
 import os
 import re
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from five_actors.supervisor.gpus import NO_NVML
 from tests.supervisor.cluster import REPO, Proc, actor, get, log_events, wait_until
 
 
@@ -110,6 +112,23 @@ def test_health_command_prints_the_tree(pingpong: Head) -> None:
     shown = subprocess.run([sys.executable, "-m", "five_actors", "health", "--url", pingpong.url, "--json"], cwd=REPO, capture_output=True, text=True)
     body = json.loads(shown.stdout)
     assert body["health"]["status"] == "ok" and {"/root/pinger", "/root/ponger"} <= {a["path"] for a in body["actors"]}
+
+
+def test_health_says_no_gpu_once(pingpong: Head) -> None:
+    if ctypes.util.find_library("nvidia-ml") is not None:
+        pytest.skip("this host has NVML: its GPUs are listed per node")
+    shown = subprocess.run([sys.executable, "-m", "five_actors", "health", "--url", pingpong.url], cwd=REPO, capture_output=True, text=True)
+    assert len(pingpong.view()["nodes"]) == 2  # two nodes, one line about GPUs
+    assert shown.stdout.count(NO_NVML) == 1 and "NVMLError" not in shown.stdout
+    assert get(f"{pingpong.url}/health")[1]["gpus_reason"] == NO_NVML
+
+
+def test_progress_lines_come_every_10_s_when_stdout_is_a_file(pingpong: Head) -> None:
+    lines = wait_until(lambda: len(ls := re.findall(r"^ *(\d+)s \|", pingpong.proc.out, re.M)) >= 3 and ls,
+                       timeout=60, what="three progress lines")  # fmt: skip
+    assert "\r" not in pingpong.proc.out and "pings/s" in pingpong.proc.out
+    gaps = [int(b) - int(a) for a, b in zip(lines, lines[1:])]
+    assert all(9 <= gap <= 12 for gap in gaps), gaps
 
 
 def test_sigterm_stops_children_in_reverse_and_exits_0(pingpong: Head) -> None:

@@ -13,7 +13,7 @@ import orjson
 
 from five_actors import __version__
 from five_actors.bench import BENCHMARKS
-from five_actors.errors import FiveActorsError, SurgeryRejected
+from five_actors.errors import ConfigError, FiveActorsError, SurgeryRejected
 
 if TYPE_CHECKING:
     from five_actors.config import Config
@@ -197,17 +197,27 @@ def cmd_up(args: argparse.Namespace) -> int:
     from five_actors.actors.live import TrainingLine
     from five_actors.config import load_config
     from five_actors.dashboard import Dashboard
+    from five_actors.supervisor.sizing import count_names
     from five_actors.runtime.node import run
     from five_actors.supervisor.main import default_run_dir, up
 
+    sizes = {"learners": args.learners, "game_actors": args.game_actors}
+    overrides = [*(args.set or ()), *(f"tree.counts.{name}={n}" for name, n in sizes.items() if n is not None)]
+    if args.games_per_actor is not None:
+        overrides.append(f"training.games_per_actor={args.games_per_actor}")
     if args.resume:
         if args.config is not None or args.run_dir:
             raise FiveActorsError("--resume RUN_DIR continues that run with its own config: drop --config and --run-dir")
         run_dir = Path(args.resume)
-        config = resume_config(run_dir, args.set or ())
+        config = resume_config(run_dir, overrides)
     else:
-        config = load_config(args.config or "default", args.set or ())
+        config = load_config(args.config or "default", overrides)
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(config.name)
+    counted = count_names(config.tree.children)
+    for name, n in sizes.items():
+        if n is not None and name not in counted:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"{flag}: no child of this tree has count = {name!r} (a resumed run keeps the tree it started with)")
     return run(up(config, run_dir, args.host, args.port, args.duration, sys.stdout, TrainingLine(), Dashboard(run_dir)))
 
 
@@ -281,6 +291,9 @@ def _add_supervisor_parsers(commands: argparse._SubParsersAction) -> None:  # ty
     up.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. --set tree.max_restarts=5")
     up.add_argument("--run-dir", help="where logs and the token go (default: runs/<UTC time>-<config name>/)")
     up.add_argument("--duration", type=float, help="stop cleanly after this many seconds")
+    up.add_argument("--learners", type=_positive_int, metavar="N", help="learner processes in the allreduce group (--set tree.counts.learners=N)")
+    up.add_argument("--game-actors", type=_positive_int, metavar="M", help="GameActor processes (--set tree.counts.game_actors=M)")
+    up.add_argument("--games-per-actor", type=_positive_int, metavar="K", help="games each GameActor steps (--set training.games_per_actor=K)")
     up.add_argument("--host", help="interface to serve HTTP and links on (default: node.host, 127.0.0.1)")
     up.add_argument("--port", type=int, help="port to serve on (default: node.port, 8780; 0 picks a free one)")
     up.set_defaults(func=cmd_up)

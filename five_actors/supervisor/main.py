@@ -36,6 +36,7 @@ from five_actors.supervisor.config import ChildSpec, SupervisorSpec, check_impor
 from five_actors.supervisor.hosts import REGISTRY_PATH, HostAgent, HostRegistry
 from five_actors.supervisor.processes import TOKEN_ENV, lower_priority, report
 from five_actors.supervisor.progress import ProgressLine
+from five_actors.supervisor.sizing import size_tree
 from five_actors.supervisor.tree import Supervisor
 
 log = structlog.get_logger("five_actors.supervisor")
@@ -145,6 +146,7 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
     `progress` builds the live line from the tree's view and the seconds elapsed (default: ProgressLine);
     `extra` (the dashboard) adds routes to the head's app and sees the same views.
     """
+    config = dataclasses.replace(config, tree=size_tree(config.tree, HEAD_NODE, ROOT_PATH))
     check_importable(config.tree)
     run_dir.mkdir(parents=True, exist_ok=True)
     token = write_token(run_dir)

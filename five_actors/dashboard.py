@@ -27,14 +27,15 @@ from aiohttp import web
 from five_actors.actors.history import eval_history
 from five_actors.actors.live import TrainingLine
 from five_actors.errors import GameError, LogsError
-from five_actors.logreplay import LogFilter, find_log_dir, parse_time, read_merged
+from five_actors.logreplay import LogFile, LogFilter, find_log_dir, log_files, parse_time, read_merged
 from five_actors.logs import format_record
 from five_actors.supervisor.health import VIEW_KEY, is_problem
+from five_actors.tensorboard import TensorBoardLog
 
 SERIES_POINTS = 20_000
 """Points kept in memory (one a second: five and a half hours; older points are dropped first)."""
-LOG_CACHE_S = 5.0
-"""Seconds the eval and surgery tables read from the logs are reused before the logs are read again."""
+LOG_CACHE_S = 10.0
+"""Seconds the eval table read from the logs is reused before the logs are read again."""
 SERIES_CLASSES = ("LearnerActor", "InferenceActor", "GameActor", "EvalActor")
 """Actor classes whose reported metrics become series, on top of the live line's facts."""
 SURGERY_EVENTS = ("surgery", "surgery_rejected", "surgery_reverted")
@@ -48,11 +49,11 @@ class Series:
         self.points: deque[dict[str, Any]] = deque(maxlen=max_points)
         self._facts = TrainingLine()
 
-    def observe(self, view: dict[str, Any], elapsed: float) -> None:
-        """Add one point from `view` (nothing when the tree holds no training actors)."""
+    def observe(self, view: dict[str, Any], elapsed: float) -> dict[str, Any] | None:
+        """Add one point from `view` and return it (None when the tree holds no training actors)."""
         facts = self._facts.facts(view)
         if facts is None:
-            return
+            return None
         metrics: dict[str, list[float]] = {}
         for actor in view["actors"]:
             if actor.get("class") not in SERIES_CLASSES or actor.get("state") != "running":
@@ -61,24 +62,59 @@ class Series:
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     metrics.setdefault(name, []).append(float(value))
         means = {name: round(sum(values) / len(values), 6) for name, values in metrics.items()}
-        self.points.append({"t": round(time.time(), 3), "elapsed": round(elapsed, 1), **facts, "metrics": means})
+        point = {"t": round(time.time(), 3), "elapsed": round(elapsed, 1), **facts, "metrics": means}
+        self.points.append(point)
+        return point
 
     def since(self, t: float) -> list[dict[str, Any]]:
         """The points taken after UNIX time `t`, oldest first."""
         return [p for p in self.points if p["t"] > t]
 
 
+class EventTail:
+    """The records of some events across a run's log files, read incrementally (each line parsed once)."""
+
+    def __init__(self, run_dir: Path, events: tuple[str, ...]) -> None:
+        self.run_dir = run_dir
+        self.events = events
+        self.records: list[dict[str, Any]] = []
+        self._files: dict[Path, LogFile] = {}
+
+    def update(self) -> list[dict[str, Any]]:
+        """Read what the node files gained since the last call (new nodes' files too); all records so far, by time."""
+        try:
+            paths = log_files(find_log_dir(self.run_dir))
+        except LogsError:
+            return self.records  # no logs yet
+        new = []
+        for path in paths:
+            source = self._files.setdefault(path, LogFile(path))
+            new += [record for record, _raw in source.read_new() if record.get("event") in self.events]
+        if new:
+            self.records = sorted(self.records + new, key=lambda record: record["ts"])
+        return self.records
+
+
 class Dashboard:
-    """The head's dashboard: its series and its routes over the run directory."""
+    """The head's dashboard: its series, their TensorBoard event files, and its routes over the run directory."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self.series = Series()
+        self.tensorboard = TensorBoardLog(run_dir)
+        self._surgeries = EventTail(run_dir, SURGERY_EVENTS)
         self._cache: dict[str, tuple[float, Any]] = {}
 
     def observe(self, view: dict[str, Any], elapsed: float) -> None:
         """Feed one view of the tree (the head's live line calls this every second)."""
-        self.series.observe(view, elapsed)
+        point = self.series.observe(view, elapsed)
+        if point is not None:
+            self.tensorboard.point(point)
+            self.tensorboard.surgeries(self.surgeries())
+
+    def close(self) -> None:
+        """Flush the TensorBoard files (the head calls this when it stops)."""
+        self.tensorboard.close()
 
     def install(self, app: web.Application) -> None:
         """Add the dashboard's routes to the head's app (before it starts)."""
@@ -117,7 +153,7 @@ class Dashboard:
 
     async def api_surgeries(self, _request: web.Request) -> web.Response:
         """GET /api/surgeries: {"events": [...]} (the surgery events' fields, as logged)."""
-        return web.json_response({"events": self._cached("surgeries", self._read_surgeries)})
+        return web.json_response({"events": self.surgeries()})
 
     async def replay(self, request: web.Request) -> web.StreamResponse:
         """GET /replays/NAME: the recorded match in the HTML player (written next to it once)."""
@@ -171,11 +207,10 @@ class Dashboard:
             row["replay"] = found[0].name if found else None
         return rows
 
-    def _read_surgeries(self) -> list[dict[str, Any]]:
-        entries = read_merged(find_log_dir(self.run_dir), LogFilter(events=SURGERY_EVENTS))
-        # The ParamServer's events (it logs as an actor) are the history; the per-version lines of the
-        # verification code underneath them carry no actor.
-        return [record for record, _raw in entries if record.get("actor")]
+    def surgeries(self) -> list[dict[str, Any]]:
+        """The surgery history: the ParamServer's surgery events, oldest first."""
+        # The ParamServer logs as an actor; the per-version lines of the verification code under it carry no actor.
+        return [record for record in self._surgeries.update() if record.get("actor")]
 
 
 def _bad_request(message: str) -> web.Response:

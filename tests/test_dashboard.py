@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +21,9 @@ from tests.supervisor.test_up import Head
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
     where = tmp_path_factory.mktemp("dashboard")
     run_dir = where / "run"
-    proc = Proc(["up", "--config", "smoke", "--run-dir", str(run_dir), "--port", "0"], where, "up")
+    # A small opponent pool keeps the dry-run surgeries short (each pool version is operated and verified).
+    args = ["up", "--config", "smoke", "--run-dir", str(run_dir), "--port", "0", "--set", "training.pool_max_versions=4"]
+    proc = Proc(args, where, "up")
     try:
         head = Head(proc, run_dir)
         wait_until(lambda: get(f"{head.url}/health")[0] == 200, timeout=150, what="the smoke tree up")
@@ -94,3 +98,32 @@ async def test_the_page_in_headless_chromium(smoke: Head, tmp_path: Path) -> Non
         await browser.until("document.querySelector('#surgeries tbody tr')?.textContent.includes('dry run')", 30)
         assert await browser.eval("document.querySelectorAll('#surgeries tbody tr').length") == 1  # one surgery, one row
         assert browser.errors == []
+
+
+def test_tensorboard_files_read_back_with_tensorboards_own_reader(smoke: Head) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    body = json.dumps({"ops": ["widen-lstm", "40"], "dry_run": True, "probe_steps": 16}).encode()
+    request = urllib.request.Request(f"{smoke.url}/surgery", data=body, headers={"Authorization": f"Bearer {smoke.token}"})
+    with urllib.request.urlopen(request, timeout=240) as answer:  # a dry run verifies every pool version: can take a while here
+        assert answer.status == 200
+
+    def loaded() -> EventAccumulator:
+        events = EventAccumulator(str(smoke.run_dir / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
+        events.Reload()
+        return events
+
+    def ready() -> EventAccumulator | None:
+        events = loaded()
+        texts = [t for t in events.Tags()["tensors"] if t.startswith("surgery")]
+        return events if texts and len(events.Scalars("progress/env_steps_per_s")) >= 5 else None
+
+    events = wait_until(ready, timeout=60, what="scalars and a surgery text event in RUN_DIR/tensorboard")
+    scalars = events.Tags()["scalars"]
+    assert {"progress/samples_per_s", "progress/staleness", "progress/trueskill", "five_actors_eval_trueskill",
+            "five_actors_sample_reuse", "five_actors_policy_loss", "five_actors_game_reward_xp"} <= set(scalars)  # fmt: skip
+    versions = [e.step for e in events.Scalars("progress/version")]
+    assert versions == sorted(versions) and versions[-1] > 0
+    assert [e.value for e in events.Scalars("progress/version")] == [float(v) for v in versions]  # the step is the version
+    text = events.Tensors(next(t for t in events.Tags()["tensors"] if t.startswith("surgery")))[-1].tensor_proto.string_val[0].decode()
+    assert "widen-lstm" in text and '"dry_run": true' in text

@@ -138,6 +138,9 @@ class HeadExtra(Protocol):
     def observe(self, view: dict[str, Any], elapsed: float) -> None:
         """Take one view of the tree, `elapsed` seconds into the run."""
 
+    def close(self) -> None:
+        """The head is stopping: finish what is written."""
+
 
 async def up(config: Config, run_dir: Path, host: str | None, port: int | None, duration: float | None, out: TextIO,
              progress: Callable[[dict[str, Any], float], str] | None = None, extra: HeadExtra | None = None) -> int:
@@ -176,6 +179,8 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
         await _first(shutdown.wait(), asyncio.shield(root_exit), deadline)
     finally:
         ticker.cancel()
+        if extra is not None:
+            extra.close()
         out.write("\n")
     if root_exit.done():
         reason = root_exit.result()

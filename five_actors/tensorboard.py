@@ -29,11 +29,19 @@ class TensorBoardLog:
     """Writes dashboard points and surgery events to RUN_DIR/tensorboard/ (a new file per run or resume)."""
 
     def __init__(self, run_dir: Path) -> None:
-        from torch.utils.tensorboard import SummaryWriter
-
-        self.writer = SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR), flush_secs=5)
+        self.run_dir = run_dir
+        self._writer: Any = None
         self.surgeries_written = time.time()
         """The UNIX time of the newest surgery event written (older ones were written, or came before this process)."""
+
+    @property
+    def writer(self) -> Any:
+        """torch's SummaryWriter, made at the first write (a run refused before it starts writes no folder)."""
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD_DIR), flush_secs=5)
+        return self._writer
 
     def point(self, point: dict[str, Any]) -> None:
         """One dashboard point: its facts and metrics at step = its version, at its wall time."""
@@ -56,5 +64,6 @@ class TensorBoardLog:
             self.surgeries_written = event["ts"]
 
     def close(self) -> None:
-        """Flush and close the event file."""
-        self.writer.close()
+        """Flush and close the event file (if one was written)."""
+        if self._writer is not None:
+            self._writer.close()

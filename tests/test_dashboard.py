@@ -6,6 +6,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.browser import CHROMIUM, Browser
-from tests.supervisor.cluster import Proc, actor, get, wait_until
+from tests.supervisor.cluster import REPO, Proc, actor, get, wait_until
 from tests.supervisor.test_up import Head
 
 
@@ -34,6 +36,11 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
 
 def tree_paths(head: Head) -> set[str]:
     return {a["path"] for a in head.view()["actors"] if not a["path"].startswith("/_")}
+
+
+def test_up_help_says_where_the_dashboard_is() -> None:
+    shown = subprocess.run([sys.executable, "-m", "five_actors", "up", "--help"], cwd=REPO, capture_output=True, text=True, check=True)
+    assert "dashboard is at http://HOST:PORT/" in " ".join(shown.stdout.split())
 
 
 def test_up_prints_the_dashboard_url_and_serves_a_self_contained_page(smoke: Head) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes.util
 import json
 import os
+import pty
 import re
 import socket
 import signal
@@ -213,3 +214,23 @@ def test_process_children_listen_on_the_heads_interface_and_advertise_its_addres
             pass
     finally:
         proc.kill()
+
+
+def test_the_live_line_repaints_in_place_on_a_terminal(tmp_path: Path) -> None:
+    terminal, child_end = pty.openpty()
+    args = ["up", "--config", "conf/pingpong.toml", "--run-dir", str(tmp_path / "run"), "--port", "0", "--duration", "6"]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "five_actors", *args], cwd=REPO, stdout=child_end, stderr=subprocess.DEVNULL, env=env)
+    os.close(child_end)
+    shown = b""
+    try:
+        while chunk := os.read(terminal, 4096):
+            shown += chunk
+    except OSError:
+        pass  # EIO: the process closed the terminal
+    finally:
+        os.close(terminal)
+        assert proc.wait(60) == 0
+    text = shown.decode()
+    first, last = text.index("\x1b[K"), text.rindex("\x1b[K")
+    assert text.count("\x1b[K") >= 3 and "\n" not in text[first:last]  # every second the same line, repainted

@@ -212,19 +212,30 @@ def cmd_up(args: argparse.Namespace) -> int:
     """Start the root supervisor and its tree on this host, serve HTTP, stop cleanly on Ctrl-C/SIGTERM."""
     from five_actors.actors.live import TrainingLine
     from five_actors.config import load_config
+    from five_actors.dashboard import Dashboard
+    from five_actors.supervisor.sizing import count_names
     from five_actors.runtime.node import run
     from five_actors.supervisor.main import default_run_dir, up
 
+    sizes = {"learners": args.learners, "game_actors": args.game_actors}
+    overrides = [*(args.set or ()), *(f"tree.counts.{name}={n}" for name, n in sizes.items() if n is not None)]
+    if args.games_per_actor is not None:
+        overrides.append(f"training.games_per_actor={args.games_per_actor}")
     if args.resume:
         if args.config is not None or args.run_dir:
             raise FiveActorsError("--resume RUN_DIR continues that run with its own config: drop --config and --run-dir")
         run_dir = Path(args.resume)
-        config = resume_config(run_dir, args.set or ())
+        config = resume_config(run_dir, overrides)
         check_resumable(run_dir, args.allow_fresh)
     else:
-        config = load_config(args.config or "default", args.set or ())
+        config = load_config(args.config or "default", overrides)
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(config.name)
-    return run(up(config, run_dir, args.host, args.port, args.duration, sys.stdout, TrainingLine()))
+    counted = count_names(config.tree.children)
+    for name, n in sizes.items():
+        if n is not None and name not in counted:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"{flag}: no child of this tree has count = {name!r} (a resumed run keeps the tree it started with)")
+    return run(up(config, run_dir, args.host, args.port, args.duration, sys.stdout, TrainingLine(), Dashboard(run_dir)))
 
 
 def resume_config(run_dir: Path, overrides: Sequence[str]) -> Config:
@@ -321,13 +332,19 @@ def cmd_node(args: argparse.Namespace) -> int:
 
 
 def _add_supervisor_parsers(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    up = commands.add_parser("up", help="start the root supervisor and its tree on this host")
+    up = commands.add_parser(
+        "up", help="start the root supervisor and its tree on this host",
+        description="Start the root supervisor and its tree on this host. The live dashboard is at "
+                    "http://HOST:PORT/ (default http://127.0.0.1:8780/; the URL is printed at start).")
     up.add_argument("--config", help="a config file or bundled config name (default: default)")
     up.add_argument("--resume", metavar="RUN_DIR", help="continue that run: its config, checkpoint, version counters, pool and ratings")
     up.add_argument("--allow-fresh", action="store_true", help="with --resume: start from version 0 when no checkpoint is readable")
     up.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. --set tree.max_restarts=5")
     up.add_argument("--run-dir", help="where logs and the token go (default: runs/<UTC time>-<config name>/)")
     up.add_argument("--duration", type=float, help="stop cleanly after this many seconds")
+    up.add_argument("--learners", type=_positive_int, metavar="N", help="learner processes in the allreduce group (--set tree.counts.learners=N)")
+    up.add_argument("--game-actors", type=_positive_int, metavar="M", help="GameActor processes (--set tree.counts.game_actors=M)")
+    up.add_argument("--games-per-actor", type=_positive_int, metavar="K", help="games each GameActor steps (--set training.games_per_actor=K)")
     up.add_argument("--host", help="interface to serve HTTP and links on (default: node.host, 127.0.0.1)")
     up.add_argument("--port", type=int, help="port to serve on (default: node.port, 8780; 0 picks a free one)")
     up.set_defaults(func=cmd_up)

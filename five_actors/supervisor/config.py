@@ -60,7 +60,10 @@ class ChildSpec:
     actor: str = ""
     """The actor class as `module:Class` (actor, and process without children)."""
     args: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments for the actor class."""
+    """Keyword arguments for the actor class; a string starting with `/root/` names actors by tree path
+    (a glob names a list), `"{index}"` and `"{count}"` are a counted copy's number and the count."""
+    count: int | str = 1
+    """How many copies (`ID-0`..`ID-N-1`): a number, or the name of a `[tree.counts]` key."""
     restart: RestartType = "permanent"
     """permanent (always restarted), transient (only after an abnormal exit) or temporary (never)."""
     shutdown_timeout: float = 5.0
@@ -134,6 +137,8 @@ class TreeConfig:
     """The longest wait before a restart, in seconds."""
     children: list[ChildSpec] = field(default_factory=list)
     """The root's children, started in this order and stopped in reverse."""
+    counts: dict[str, int] = field(default_factory=dict)
+    """Named numbers that children's `count` refers to (`up --learners N` sets `learners`)."""
 
     def __post_init__(self) -> None:
         _check_limits(self.max_restarts, self.max_seconds, self.backoff, self.backoff_max)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+NO_NVML = "no GPU (NVML not found)"
+"""The reason a host without the NVML library (no NVIDIA driver) reports for its empty GPU list."""
+
 _nvml_ready: bool | None = None
 _nvml_reason = ""
 
@@ -17,7 +20,10 @@ def _init() -> bool:
             pynvml.nvmlInit()
             _nvml_ready = True
         except Exception as exc:  # noqa: BLE001 - no driver, no library, no GPU: all mean "no GPUs here"
-            _nvml_ready, _nvml_reason = False, f"NVML unavailable: {type(exc).__name__}: {exc}"
+            _nvml_ready = False
+            # The usual case on a CPU-only host, said plainly; anything else keeps NVML's own words.
+            library_missing = type(exc).__name__ == "NVMLError_LibraryNotFound"
+            _nvml_reason = NO_NVML if library_missing else f"NVML unavailable: {type(exc).__name__}: {exc}"
     return _nvml_ready
 
 

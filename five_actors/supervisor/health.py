@@ -33,12 +33,17 @@ SHUTDOWN_KEY = web.AppKey("five_actors.shutdown", asyncio.Event)
 _METRIC_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 
+def is_problem(actor: dict[str, Any]) -> bool:
+    """Whether this row of the view makes /health 503: a permanent child (or a supervisor) that is not up."""
+    required = actor.get("restart") == "permanent" or (actor.get("restart") is None and actor.get("kind") == "supervisor")
+    return required and actor.get("state") != "running"
+
+
 def problems(view: dict[str, Any]) -> list[str]:
     """Why the tree is not healthy: one line per permanent child (or supervisor) that is not up."""
     reasons = []
     for actor in view["actors"]:
-        required = actor.get("restart") == "permanent" or (actor.get("restart") is None and actor.get("kind") == "supervisor")
-        if required and actor.get("state") != "running":
+        if is_problem(actor):
             error = f" (last error: {actor['last_error']})" if actor.get("last_error") else ""
             reasons.append(f"{actor['path']} on {actor.get('node')}: {actor.get('state')}{error}")
     return reasons

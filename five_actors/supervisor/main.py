@@ -17,10 +17,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import orjson
 import structlog
+from aiohttp import web
 
 from five_actors.config import RUN_CONFIG, Config, from_mapping, read_run_config, write_run_config
 from five_actors.errors import ConfigError, FiveActorsError
@@ -36,6 +37,7 @@ from five_actors.supervisor.config import ChildSpec, SupervisorSpec, check_impor
 from five_actors.supervisor.hosts import REGISTRY_PATH, HostAgent, HostRegistry
 from five_actors.supervisor.processes import TOKEN_ENV, lower_priority, report
 from five_actors.supervisor.progress import ProgressLine
+from five_actors.supervisor.sizing import size_tree
 from five_actors.supervisor.tree import Supervisor
 from five_actors.supervisor.watchdog import watch
 
@@ -45,6 +47,8 @@ ROOT_PATH = "/root"
 """The path of the root supervisor on the head node."""
 HEAD_NODE = "head"
 """The node id of the process `five-actors up` runs in."""
+PLAIN_LINE_EVERY_S = 10.0
+"""Seconds between live lines when stdout is not a terminal (CI, nohup, a log file); a terminal repaints every second."""
 
 
 def default_run_dir(name: str) -> Path:
@@ -94,11 +98,14 @@ def _shutdown_timeout(spec: SupervisorSpec) -> float:
     return sum(c.shutdown_timeout + (_shutdown_timeout(c) if c.children else 0.0) for c in spec.children) + 5.0
 
 
-async def _start_node(node_id: str, token: str, node_config: NodeConfig, agent_factory: Any) -> tuple[Node, NodeAgent, asyncio.Event]:
+async def _start_node(node_id: str, token: str, node_config: NodeConfig, agent_factory: Any,
+                      extra: HeadExtra | None = None) -> tuple[Node, NodeAgent, asyncio.Event]:
     node = Node(node_id, token, node_config)
     agent = agent_factory(node)
     shutdown = asyncio.Event()
     health.install(node.app, agent, shutdown)
+    if extra is not None:
+        extra.install(node.app)
     try:
         await node.start()
     except OSError as exc:
@@ -124,12 +131,27 @@ async def _first(*aws: Any) -> None:
             task.cancel()
 
 
+class HeadExtra(Protocol):
+    """Something more the head serves (the dashboard): routes on its app, and every view the live line sees."""
+
+    def install(self, app: web.Application) -> None:
+        """Add routes to the head's app (before it starts)."""
+
+    def observe(self, view: dict[str, Any], elapsed: float) -> None:
+        """Take one view of the tree, `elapsed` seconds into the run."""
+
+    def close(self) -> None:
+        """The head is stopping: finish what is written."""
+
+
 async def up(config: Config, run_dir: Path, host: str | None, port: int | None, duration: float | None, out: TextIO,
-             progress: Callable[[dict[str, Any], float], str] | None = None) -> int:
+             progress: Callable[[dict[str, Any], float], str] | None = None, extra: HeadExtra | None = None) -> int:
     """Run the head: the root supervisor and its tree, HTTP, a live progress line, until stopped.
 
-    `progress` builds the live line from the tree's view and the seconds elapsed (default: ProgressLine).
+    `progress` builds the live line from the tree's view and the seconds elapsed (default: ProgressLine);
+    `extra` (the dashboard) adds routes to the head's app and sees the same views.
     """
+    config = dataclasses.replace(config, tree=size_tree(config.tree, HEAD_NODE, ROOT_PATH))
     check_importable(config.tree)
     check_env(config.env)  # an unknown environment or unsupported space stops the run here (exit 2), not in a child
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -143,15 +165,17 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
         raise ConfigError(f"--host/--port: {exc}") from None
     out.write(f"run dir: {run_dir}\n")
     registry = HostRegistry()
-    node, agent, shutdown = await _start_node(HEAD_NODE, token, node_config, NodeAgent)
+    node, agent, shutdown = await _start_node(HEAD_NODE, token, node_config, NodeAgent, extra)
     node.system.spawn(agent, AGENT_PATH)
     out.write(f"serving http://{node_config.host}:{node.port} (/health /actors /metrics), links at {node.url}/ws\n")
+    if extra is not None:
+        out.write(f"dashboard: http://{node_config.host}:{node.port}/\n")
     out.flush()
     node.system.spawn(registry, REGISTRY_PATH)
     context = TreeContext(node.system, run_dir, node, hosts=registry, config=config)
     root = node.system.spawn(Supervisor(config.tree, context), ROOT_PATH)
     started = asyncio.ensure_future(node.system.wait_started(root))
-    ticker = asyncio.get_running_loop().create_task(_print_progress(agent, out, progress or ProgressLine()))
+    ticker = asyncio.get_running_loop().create_task(_print_progress(agent, out, progress or ProgressLine(), extra))
     stall_s, restart = config.training.stall_s, config.training.stall_restart
     watchdog = asyncio.get_running_loop().create_task(watch(agent, node.system, stall_s, restart)) if stall_s else None
     root_exit = asyncio.ensure_future(node.system.wait(root))
@@ -162,6 +186,8 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
         ticker.cancel()
         if watchdog is not None:
             watchdog.cancel()
+        if extra is not None:
+            extra.close()
         out.write("\n")
     if root_exit.done():
         reason = root_exit.result()
@@ -182,19 +208,30 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
     return 0
 
 
-async def _print_progress(agent: NodeAgent, out: TextIO, progress_line: Callable[[dict[str, Any], float], str]) -> None:
+async def _print_progress(agent: NodeAgent, out: TextIO, progress_line: Callable[[dict[str, Any], float], str],
+                          extra: HeadExtra | None) -> None:
+    """Every second: a view for `extra`, and the live line (repainted on a terminal, else one every PLAIN_LINE_EVERY_S)."""
     started = time.monotonic()
     live = out.isatty()
+    written = -PLAIN_LINE_EVERY_S
     while True:
         await asyncio.sleep(1.0)
         try:
-            line = progress_line(await agent.view(), time.monotonic() - started)
+            view = await agent.view()
+            elapsed = time.monotonic() - started
+            if extra is not None:
+                extra.observe(view, elapsed)
+            line = progress_line(view, elapsed)
         except FiveActorsError:
             continue  # the view is incomplete while a child restarts; the next second will do
         except Exception:  # noqa: BLE001 - a broken line must not end the live line for the run
             log.exception("progress_line_failed")
             continue
-        out.write(f"\r{line}\x1b[K" if live else f"{line}\n")
+        if live:
+            out.write(f"\r{line}\x1b[K")
+        elif elapsed - written >= PLAIN_LINE_EVERY_S:
+            out.write(f"{line}\n")
+            written = elapsed
         out.flush()
 
 

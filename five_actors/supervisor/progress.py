@@ -51,8 +51,14 @@ def table(view: dict[str, Any]) -> str:
     lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.append("")
+    # One reason shared by every node (typically no GPU on a CPU host) is said once, after the nodes.
+    reasons = {node["gpus_reason"] for node in view["nodes"] if not node["gpus"]}
+    shared = next(iter(reasons)) if len(reasons) == 1 and not any(node["gpus"] for node in view["nodes"]) else None
     for node in view["nodes"]:
         links = ", ".join(f"{lk['peer']} {lk['state']}" for lk in node["links"]) or "none"
         gpus = ", ".join(f"gpu{g['index']} {g['utilization_pct']}% {g['memory_used_bytes'] / 2**30:.1f} GiB" for g in node["gpus"])
-        lines.append(f"node {node['node']} (pid {node['pid']}, {node['host']}): links: {links}; gpus: {gpus or node['gpus_reason']}")
+        where = f"node {node['node']} (pid {node['pid']}, {node['host']}): links: {links}"
+        lines.append(where if shared is not None else f"{where}; gpus: {gpus or node['gpus_reason']}")
+    if shared is not None:
+        lines.append(f"gpus: {shared}")
     return "\n".join(lines)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes.util
 import json
 import os
+import pty
 import re
 import socket
 import signal
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from five_actors.supervisor.gpus import NO_NVML
 from tests.supervisor.cluster import REPO, Proc, actor, get, log_events, wait_until
 
 
@@ -112,6 +115,23 @@ def test_health_command_prints_the_tree(pingpong: Head) -> None:
     assert body["health"]["status"] == "ok" and {"/root/pinger", "/root/ponger"} <= {a["path"] for a in body["actors"]}
 
 
+def test_health_says_no_gpu_once(pingpong: Head) -> None:
+    if ctypes.util.find_library("nvidia-ml") is not None:
+        pytest.skip("this host has NVML: its GPUs are listed per node")
+    shown = subprocess.run([sys.executable, "-m", "five_actors", "health", "--url", pingpong.url], cwd=REPO, capture_output=True, text=True)
+    assert len(pingpong.view()["nodes"]) == 2  # two nodes, one line about GPUs
+    assert shown.stdout.count(NO_NVML) == 1 and "NVMLError" not in shown.stdout
+    assert get(f"{pingpong.url}/health")[1]["gpus_reason"] == NO_NVML
+
+
+def test_progress_lines_come_every_10_s_when_stdout_is_a_file(pingpong: Head) -> None:
+    lines = wait_until(lambda: len(ls := re.findall(r"^ *(\d+)s \|", pingpong.proc.out, re.M)) >= 3 and ls,
+                       timeout=60, what="three progress lines")  # fmt: skip
+    assert "\r" not in pingpong.proc.out and "pings/s" in pingpong.proc.out
+    gaps = [int(b) - int(a) for a, b in zip(lines, lines[1:])]
+    assert all(9 <= gap <= 12 for gap in gaps), gaps
+
+
 def test_sigterm_stops_children_in_reverse_and_exits_0(pingpong: Head) -> None:
     pinger_pid = actor(pingpong.view(), "/root/pinger")["pid"]
     assert pingpong.proc.terminate() == 0, pingpong.proc.err
@@ -194,3 +214,23 @@ def test_process_children_listen_on_the_heads_interface_and_advertise_its_addres
             pass
     finally:
         proc.kill()
+
+
+def test_the_live_line_repaints_in_place_on_a_terminal(tmp_path: Path) -> None:
+    terminal, child_end = pty.openpty()
+    args = ["up", "--config", "conf/pingpong.toml", "--run-dir", str(tmp_path / "run"), "--port", "0", "--duration", "6"]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "five_actors", *args], cwd=REPO, stdout=child_end, stderr=subprocess.DEVNULL, env=env)
+    os.close(child_end)
+    shown = b""
+    try:
+        while chunk := os.read(terminal, 4096):
+            shown += chunk
+    except OSError:
+        pass  # EIO: the process closed the terminal
+    finally:
+        os.close(terminal)
+        assert proc.wait(60) == 0
+    text = shown.decode()
+    first, last = text.index("\x1b[K"), text.rindex("\x1b[K")
+    assert text.count("\x1b[K") >= 3 and "\n" not in text[first:last]  # every second the same line, repainted

@@ -307,7 +307,8 @@ class GameActor(Actor):
     async def on_params_available(self, msg: ParamsAvailable) -> None:
         self.announced_arch = msg.arch if msg.arch != self.arch else None
         self.latest_version = max(self.latest_version, msg.version)
-        self.game.follow_version(self.latest_version)
+        if self.lane:
+            self.game.follow_version(self.latest_version)
         anneal = {str(k): float(v) for k, v in dict(msg.anneal).items()}
         if anneal != self.anneal:
             self.log.info("anneal_shares", version=msg.version, shares=anneal)
@@ -495,7 +496,7 @@ class GameActor(Actor):
             "mean_return": float(np.mean(self.returns)) if self.returns else None,
             "returns_kept": len(self.returns),
             "rewards": dict(self.reward_totals),
-            "team_spirit": self.game.team_spirit if hasattr(self, "game") else None,
+            "team_spirit": self.game.team_spirit if hasattr(self, "game") and self.lane else None,
             "anneal": dict(self.anneal),
             "annealed_taken": dict(self.annealed_taken),
         }

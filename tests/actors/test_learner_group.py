@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.actors.test_system import START, _metric, _version, start
-from tests.supervisor.cluster import REPO, actor, log_events, wait_until
+from tests.supervisor.cluster import actor, log_events, wait_until
 from tests.surgery.test_live import metric, post, settled_chunk_counts
 
 pytestmark = pytest.mark.timeout(400)
@@ -20,32 +20,9 @@ LEARNER_0 = "/root/learners/learner-0"
 LEARNER_1 = "/root/learners/learner-1"
 
 
-def two_learner_config(where: Path) -> Path:
-    """The smoke config with a second learner rank in the group, fed by the game actor too."""
-    text = (REPO / "conf" / "smoke.toml").read_text()
-    one = 'args = { rank = 0, world_size = 1, param_server = "head/root/params" }'
-    feeds = 'learners = ["head.root.learners.learner-0/root/learners/learner-0"]'
-    assert one in text and feeds in text, "conf/smoke.toml changed: update this test's edit"
-    second = '''
-[[tree.children.children]]
-id = "learner-1"
-kind = "process"
-actor = "five_actors.actors.learner:LearnerActor"
-args = { rank = 1, world_size = 2, param_server = "head/root/params" }
-start_timeout = 60.0
-shutdown_timeout = 10.0
-'''
-    text = text.replace(one, one.replace("world_size = 1", "world_size = 2"))
-    text = text.replace("\n[[tree.children]]\nid = \"inference\"", second + "\n[[tree.children]]\nid = \"inference\"", 1)
-    text = text.replace(feeds, feeds.replace('"]', '", "head.root.learners.learner-1/root/learners/learner-1"]'))
-    path = where / "two-learners.toml"
-    path.write_text(text.replace('name = "smoke"', 'name = "two-learners"'))
-    return path
-
-
 def test_two_learners_train_switch_architecture_together_and_a_killed_rank_restarts_the_group(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    run = start(["--config", str(two_learner_config(tmp_path)), "--run-dir", str(run_dir), "--set", "training.pool_max_versions=2",
+    run = start(["--config", "smoke", "--learners", "2", "--run-dir", str(run_dir), "--set", "training.pool_max_versions=2",
                  "--set", "training.surgery_lr_hold_steps=3"], tmp_path, "up", run_dir)  # fmt: skip
     try:
         wait_until(lambda: _version(run.url) >= 3, timeout=START, what="three versions from the two-learner group")

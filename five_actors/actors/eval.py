@@ -4,7 +4,8 @@ Every `training.eval_every_s` seconds it fetches the latest parameters from the 
 and plays `training.eval_games` games (one batch of its own LaneGame, the policy on team 0 in
 even games and team 1 in odd ones, acting locally on this process's device) against each of:
 the random bot, the scripted bot, and up to `training.eval_past_versions` frozen past versions
-it evaluated before. Ratings follow the paper's TrueSkill settings with the random bot pinned
+it evaluated before (it keeps their parameters itself: the ParamServer serves only its pool and
+recent checkpoints). Ratings follow the paper's TrueSkill settings with the random bot pinned
 as the scale's zero (five_actors.actors.ratings). Each round logs one `eval_result` event per
 opponent (win rate with its 95% Wilson interval, TrueSkill), records the first game against
 the scripted bot to RUN_DIR/replays/, and saves the ratings to RUN_DIR/eval/ratings.json, which
@@ -51,6 +52,11 @@ EVAL_MAX_STEPS = 100_000
 RATINGS_FILE = Path("eval") / "ratings.json"
 """Where, under the run directory, the evaluator keeps its ratings."""
 
+MAX_REFERENCES = 16
+"""Most rated versions kept as past opponents (their parameters in memory); beyond it the history is thinned
+evenly, keeping the oldest and the newest. The ParamServer keeps only its pool and recent checkpoints, so
+a version rated minutes ago is often no longer served by it."""
+
 
 class EvalActor(Actor):
     """Rates the latest policy against the random bot, the scripted bot and past versions (module docstring)."""
@@ -60,7 +66,9 @@ class EvalActor(Actor):
         self.ask_timeout_s = ask_timeout_s
         self.ratings = Ratings()
         self.history: list[int] = []
-        """Versions rated so far, oldest first: the frozen past opponents are drawn from them."""
+        """Versions rated so far (at most MAX_REFERENCES, thinned evenly), oldest first: the frozen past opponents are drawn from them."""
+        self.frozen: dict[int, Params] = {}
+        """The parameters of the history's versions rated in this process (after a resume the older ones are fetched)."""
         self.rounds = 0
         self.last: dict[str, Any] = {}
         """The latest round: version, per-opponent results, the policy's score."""
@@ -119,7 +127,9 @@ class EvalActor(Actor):
             self.log.info("eval_skipped", version=version, reason=f"no parameters: {exc}")
             return None
         if not isinstance(params, Params):
-            self.log.warning("eval_skipped", version=version, reason=f"the ParamServer answered {type(params).__name__}")
+            self.log.warning(
+                "eval_skipped", version=version, reason=f"the ParamServer answered {type(params).__name__}"
+            )
             return None
         return params
 
@@ -148,9 +158,9 @@ class EvalActor(Actor):
         opponents: list[tuple[str, Bot | Policy]] = [("random", RandomBot(seed=self.training.seed + self.rounds)),
                                                      ("scripted", ScriptedBot(self._game_for(policy)))]  # fmt: skip
         for version in self._past_versions(latest.version):
-            params = await self._fetch(version)
+            params = self.frozen.get(version) or await self._fetch(version)
             if params is None or params.arch != latest.arch:
-                self.history.remove(version)  # gone from the ParamServer, or another architecture: no longer a reference
+                self._forget(version)  # gone from the ParamServer, or another architecture: no longer a reference
                 continue
             opponents.append((f"v{version}", policy_from_params(params, self.device)))
         started = time.monotonic()
@@ -158,13 +168,14 @@ class EvalActor(Actor):
         for index, (name, opponent) in enumerate(opponents):
             record = self._replay_path(latest.version, name) if name == "scripted" else None
             seed = self.training.seed + 7919 * self.rounds + index
-            outcomes = await asyncio.to_thread(play_round, self.config.game, policy, opponent, self.training.eval_games, seed, record)
+            outcomes = await asyncio.to_thread(
+                play_round, self.config.game, policy, opponent, self.training.eval_games, seed, record
+            )
             for outcome in outcomes:
                 self.ratings.record(me, name, outcome.score)
             results[name] = self._result(latest.version, name, outcomes)
         self.rounds += 1
-        if latest.version not in self.history:
-            self.history.append(latest.version)
+        self._remember(latest)
         mine = self.ratings.rating(me)
         self.last = {"version": latest.version, "trueskill": round(self.ratings.score(me), 3),
                      "trueskill_sigma": round(mine.sigma, 3), "results": results,
@@ -193,6 +204,22 @@ class EvalActor(Actor):
         self.log.info("eval_result", **self.last, env=self.config.env.name, round=self.rounds)
         self._save()
         return self.last
+
+    def _remember(self, params: Params) -> None:
+        """Keep a rated version as a past opponent; thin the history to MAX_REFERENCES, dropping the version
+        nearest its neighbours (the oldest and the newest stay)."""
+        if params.version not in self.history:
+            self.history.append(params.version)
+        self.frozen[params.version] = params
+        while len(self.history) > MAX_REFERENCES:
+            gaps = [
+                (self.history[i + 1] - self.history[i - 1], self.history[i]) for i in range(1, len(self.history) - 1)
+            ]
+            self._forget(min(gaps)[1])
+
+    def _forget(self, version: int) -> None:
+        self.history.remove(version)
+        self.frozen.pop(version, None)
 
     def _game_for(self, policy: Policy) -> GameConfig:
         """The game the policy plays: after a live `game-version` surgery it reads another layout than the config's."""

@@ -37,10 +37,12 @@ class ContextReporter(Actor):
 
 
 class ParamsStub(Actor):
-    """Serves GetParams like a ParamServer whose latest version advances by one on every ask for the latest."""
+    """Serves GetParams like a ParamServer whose latest version advances by one on every ask for the latest;
+    with `keep_past=False` it serves no version but the latest, like a ParamServer whose checkpoints rotated."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_past: bool = True) -> None:
         self.latest = -1
+        self.keep_past = keep_past
         self.versions: dict[int, Params] = {}
 
     async def on_get_params(self, msg: GetParams) -> Params:
@@ -53,6 +55,6 @@ class ParamsStub(Actor):
             state = {k: v.numpy() for k, v in Policy(spec).state_dict().items()}
             self.versions[self.latest] = Params(self.latest, spec.hash, spec.to_dict(), state)
             return self.versions[self.latest]
-        if msg.version not in self.versions:
+        if msg.version not in self.versions or (not self.keep_past and msg.version != self.latest):
             raise FiveActorsError(f"unknown version {msg.version}")
         return self.versions[msg.version]

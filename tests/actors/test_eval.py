@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from five_actors.actors.eval import RATINGS_FILE, EvalActor
-from five_actors.actors.messages import GetStats
+from five_actors.actors.eval import MAX_REFERENCES, RATINGS_FILE, EvalActor
+from five_actors.actors.messages import GetStats, Params
 from five_actors.actors.ratings import REFERENCE, Ratings, load_state, save_state, wilson_interval
 from five_actors.config import Config, from_mapping, load_config
 from five_actors.errors import FiveActorsError
@@ -58,11 +58,11 @@ def test_ratings_survive_a_save_and_load(tmp_path: Path) -> None:
         load_state(tmp_path / "bad.json")
 
 
-async def _run_eval(run_dir: Path, config: Config, rounds: int) -> dict[str, Any]:
+async def _run_eval(run_dir: Path, config: Config, rounds: int, keep_past: bool = True) -> dict[str, Any]:
     """Run the stand-in ParamServer and an EvalActor under a supervisor until `rounds` rounds are done."""
     system = ActorSystem("head")
     tree = from_mapping(TreeConfig, {"children": [
-        {"id": "params", "actor": "tests.actors.support:ParamsStub"},
+        {"id": "params", "actor": "tests.actors.support:ParamsStub", "args": {"keep_past": keep_past}},
         {"id": "eval", "actor": "five_actors.actors.eval:EvalActor", "args": {"params": "head/root/params"}},
     ]}, "tree")  # fmt: skip
     root = system.spawn(Supervisor(tree, TreeContext(system, run_dir, config=config)), "/root")
@@ -89,7 +89,10 @@ async def test_rounds_rate_the_latest_version_record_replays_and_resume(tmp_path
     assert stats["ratings"]["random"]["score"] == 0.0 and "v1" in stats["ratings"]
     assert stats["trueskill"] == stats["ratings"][f"v{stats['version']}"]["score"]
 
-    metrics = {f.name: f.samples[0].value for f in _actor_metrics({"actors": [{"path": "/root/eval", "status": first["status"]}]})}
+    metrics = {
+        f.name: f.samples[0].value
+        for f in _actor_metrics({"actors": [{"path": "/root/eval", "status": first["status"]}]})
+    }
     assert metrics["five_actors_eval_rounds"] >= 2 and "five_actors_eval_win_rate_scripted" in metrics
     assert metrics["five_actors_eval_trueskill"] == stats["trueskill"]
 
@@ -102,6 +105,24 @@ async def test_rounds_rate_the_latest_version_record_replays_and_resume(tmp_path
     assert saved["rounds"] >= 2 and saved["history"][:2] == [0, 1]
     again = await _run_eval(tmp_path, config, rounds=saved["rounds"] + 1)
     assert again["stats"]["ratings"]["v0"]["games"] >= saved["ratings"]["v0"][2]  # the ratings carried over
+
+
+async def test_past_versions_are_played_after_the_param_server_stopped_serving_them(tmp_path: Path) -> None:
+    config = load_config("pingpong", [*TINY, "training.eval_past_versions=2"])
+    stats = (await _run_eval(tmp_path, config, rounds=3, keep_past=False))["stats"]
+    past = {name for name in stats["results"] if name.startswith("v")}
+    assert len(past) == 2 and "v0" in past  # earlier rounds' versions, kept by the EvalActor itself
+    assert stats["results"]["v0"]["games"] == 4
+
+
+def test_the_reference_history_is_thinned_evenly_keeping_the_oldest_and_newest() -> None:
+    actor = EvalActor()
+    for version in range(0, 400, 10):
+        actor._remember(Params(version, "arch", {}, {}))
+    assert len(actor.history) == MAX_REFERENCES == len(actor.frozen)
+    assert actor.history[0] == 0 and actor.history[-1] == 390 and actor.history == sorted(actor.history)
+    gaps = [b - a for a, b in zip(actor.history, actor.history[1:])]
+    assert max(gaps) <= 2 * min(gaps) + 10
 
 
 async def test_without_a_run_config_the_eval_actor_refuses_to_start() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,7 +34,11 @@ def _log_filter(args: argparse.Namespace) -> LogFilter:
     from five_actors.logreplay import LogFilter
 
     return LogFilter(
-        actors=args.actor or (), events=args.event or (), since=args.since, until=args.until, min_level=args.level,
+        actors=args.actor or (),
+        events=args.event or (),
+        since=args.since,
+        until=args.until,
+        min_level=args.level,
     )
 
 
@@ -88,27 +92,40 @@ def _time_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _add_logs_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_logs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     logs = commands.add_parser("logs", help="read a run's structured logs")
     which = logs.add_subparsers(dest="logs_command", required=True, metavar="{replay,summary,eval}")
     replay = which.add_parser("replay", help="print the logs of every node merged by time")
     summary = which.add_parser("summary", help="starts, crashes, restarts and last error per actor; counts per event")
     for sub in (replay, summary):
         sub.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (its logs/ folder) or a folder of *.jsonl")
-        sub.add_argument("--actor", action="append", metavar="GLOB", help="actor path glob, e.g. '/rollouts/*' (repeatable)")
+        sub.add_argument(
+            "--actor", action="append", metavar="GLOB", help="actor path glob, e.g. '/rollouts/*' (repeatable)"
+        )
         sub.add_argument("--event", action="append", metavar="NAME", help="event name or glob (repeatable)")
-        sub.add_argument("--since", type=_time_arg, metavar="TIME", help="from this time: 10m, 2h, 30s ago, ISO time, HH:MM:SS")
+        sub.add_argument(
+            "--since", type=_time_arg, metavar="TIME", help="from this time: 10m, 2h, 30s ago, ISO time, HH:MM:SS"
+        )
         sub.add_argument("--until", type=_time_arg, metavar="TIME", help="up to this time (same forms as --since)")
-        sub.add_argument("--level", choices=("debug", "info", "warning", "error", "critical"), help="this level and above only")
+        sub.add_argument(
+            "--level", choices=("debug", "info", "warning", "error", "critical"), help="this level and above only"
+        )
         sub.add_argument("--json", action="store_true", help="JSON output (replay: the raw lines)")
-    replay.add_argument("--follow", "-f", action="store_true", help="keep printing new lines, like tail -f (Ctrl-C stops)")
+    replay.add_argument(
+        "--follow", "-f", action="store_true", help="keep printing new lines, like tail -f (Ctrl-C stops)"
+    )
     replay.set_defaults(func=cmd_logs_replay)
     summary.set_defaults(func=cmd_logs_summary)
-    evals = which.add_parser("eval", help="the EvalActor's rounds over time: win rates vs the bots, TrueSkill, env steps")
+    evals = which.add_parser(
+        "eval", help="the EvalActor's rounds over time: win rates vs the bots, TrueSkill, env steps"
+    )
     evals.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (its logs/ folder) or a folder of *.jsonl")
     evals.add_argument("--json", action="store_true", help="one JSON object per round")
-    evals.add_argument("--plot", metavar="FILE.png", help="also draw win rates and TrueSkill against minutes and env steps "
-                                                          "to FILE.png, and the same as FILE.html")  # fmt: skip
+    evals.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="also draw win rates and TrueSkill against minutes and env steps to FILE.png, and the same as FILE.html",
+    )
     evals.set_defaults(func=cmd_logs_eval)
 
 
@@ -125,7 +142,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return play_terminal(replay, speed=args.speed, from_step=args.from_step, once=args.once, width=args.width)
 
 
-def _add_replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_replay_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     replay = commands.add_parser("replay", help="play back a recorded match (terminal or HTML)")
     replay.add_argument("file", metavar="FILE", help="a match replay file")
     replay.add_argument("--html", metavar="OUT", help="write a self-contained HTML player to OUT instead")
@@ -142,14 +159,17 @@ def cmd_match(args: argparse.Namespace) -> int:
 
     from five_actors.config import config_from_tree, load_config
     from five_actors.game.bots import RandomBot, ScriptedBot
-    from five_actors.game.match import match_summary, play_match
+    from five_actors.game.match import Bot, match_summary, play_match
 
     if args.config:
         config = load_config(args.config, args.set or ())
     else:
         config = config_from_tree({}, args.set or (), "--set")
     game = dataclasses.replace(config.game, seed=args.seed)
-    bots = {"scripted": lambda: ScriptedBot(game), "random": lambda: RandomBot(seed=args.seed)}
+    bots: dict[str, Callable[[], Bot]] = {
+        "scripted": lambda: ScriptedBot(game),
+        "random": lambda: RandomBot(seed=args.seed),
+    }
     if args.games < 1:
         raise ConfigError(f"--games must be at least 1, got {args.games}")
     if args.games > 1:
@@ -162,14 +182,18 @@ def cmd_match(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_match_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_match_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     match = commands.add_parser("match", help="play one lane-game match between two bots and record it")
     match.add_argument("--team0", choices=("scripted", "random"), default="scripted", help="team 0's bot")
     match.add_argument("--team1", choices=("scripted", "random"), default="random", help="team 1's bot")
     match.add_argument("--seed", type=int, default=0, help="the match's seed (hero drafts, random bot)")
     match.add_argument("--record", metavar="PATH", help="save the match replay here (see `five-actors replay`)")
-    match.add_argument("--games", type=int, default=1, help="play this many at once and print a summary: wins, draws, "
-                                                            "ends, reward components per hero-minute by team")  # fmt: skip
+    match.add_argument(
+        "--games",
+        type=int,
+        default=1,
+        help="play this many at once and print a summary: wins, draws, ends, reward components per hero-minute by team",
+    )
     match.add_argument("--config", help="a config file or bundled config name for its [game] section")
     match.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. game.lanes=1")
     match.set_defaults(func=cmd_match)
@@ -179,8 +203,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """Play a checkpoint against a reference; progress on stderr, the report as one JSON object on stdout."""
     from five_actors.actors.eval_checkpoint import evaluate
 
-    report = evaluate(Path(args.checkpoint), args.vs, args.games, args.seed, args.device,
-                      Path(args.replay) if args.replay else None, args.config, args.set or ())  # fmt: skip
+    report = evaluate(
+        Path(args.checkpoint),
+        args.vs,
+        args.games,
+        args.seed,
+        args.device,
+        Path(args.replay) if args.replay else None,
+        args.config,
+        args.set or (),
+    )
     sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     return 0
 
@@ -195,16 +227,28 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _add_eval_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_eval_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     evaluate = commands.add_parser("eval", help="play a checkpoint against a reference: win rate and TrueSkill as JSON")
-    evaluate.add_argument("checkpoint", metavar="CKPT", help="a checkpoint file, or a run directory (its newest checkpoint)")
-    evaluate.add_argument("--vs", required=True, metavar="REF", help="scripted, random, or another checkpoint file or run directory")
-    evaluate.add_argument("--games", type=_positive_int, default=16, help="games to play, half on each side (default %(default)s)")
-    evaluate.add_argument("--seed", type=int, default=0, help="seed of the games and the random bot (default %(default)s)")
+    evaluate.add_argument(
+        "checkpoint", metavar="CKPT", help="a checkpoint file, or a run directory (its newest checkpoint)"
+    )
+    evaluate.add_argument(
+        "--vs", required=True, metavar="REF", help="scripted, random, or another checkpoint file or run directory"
+    )
+    evaluate.add_argument(
+        "--games", type=_positive_int, default=16, help="games to play, half on each side (default %(default)s)"
+    )
+    evaluate.add_argument(
+        "--seed", type=int, default=0, help="seed of the games and the random bot (default %(default)s)"
+    )
     evaluate.add_argument("--replay", metavar="PATH", help="record game 0 (the checkpoint on team 0) here")
     evaluate.add_argument("--device", default="cpu", help="torch device to run the policies on (default %(default)s)")
-    evaluate.add_argument("--config", help="a config whose [game] to play (default: the checkpoint's run's config.json, else default)")
-    evaluate.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. game.time_limit_steps=600")
+    evaluate.add_argument(
+        "--config", help="a config whose [game] to play (default: the checkpoint's run's config.json, else default)"
+    )
+    evaluate.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. game.time_limit_steps=600"
+    )
     evaluate.set_defaults(func=cmd_eval)
 
 
@@ -213,9 +257,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     from five_actors.actors.live import TrainingLine
     from five_actors.config import load_config
     from five_actors.dashboard import Dashboard
-    from five_actors.supervisor.sizing import count_names
     from five_actors.runtime.node import run
     from five_actors.supervisor.main import default_run_dir, up
+    from five_actors.supervisor.sizing import count_names
 
     sizes = {"learners": args.learners, "game_actors": args.game_actors}
     overrides = [*(args.set or ()), *(f"tree.counts.{name}={n}" for name, n in sizes.items() if n is not None)]
@@ -223,7 +267,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         overrides.append(f"training.games_per_actor={args.games_per_actor}")
     if args.resume:
         if args.config is not None or args.run_dir:
-            raise FiveActorsError("--resume RUN_DIR continues that run with its own config: drop --config and --run-dir")
+            raise FiveActorsError(
+                "--resume RUN_DIR continues that run with its own config: drop --config and --run-dir"
+            )
         run_dir = Path(args.resume)
         config = resume_config(run_dir, overrides)
         check_resumable(run_dir, args.allow_fresh)
@@ -234,7 +280,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     for name, n in sizes.items():
         if n is not None and name not in counted:
             flag = "--" + name.replace("_", "-")
-            raise ConfigError(f"{flag}: no child of this tree has count = {name!r} (a resumed run keeps the tree it started with)")
+            raise ConfigError(
+                f"{flag}: no child of this tree has count = {name!r} (a resumed run keeps the tree it started with)"
+            )
     return run(up(config, run_dir, args.host, args.port, args.duration, sys.stdout, TrainingLine(), Dashboard(run_dir)))
 
 
@@ -272,17 +320,23 @@ def check_resumable(run_dir: Path, allow_fresh: bool) -> None:
     else:
         if not allow_fresh:
             found = "; ".join(unreadable[:3]) + (f"; and {len(unreadable) - 3} more" if len(unreadable) > 3 else "")
-            raise FiveActorsError(f"--resume {run_dir}: no readable checkpoint in {store.directory}"
-                                  f"{f' ({found})' if found else ''}; --allow-fresh starts over from version 0 in that run dir")  # fmt: skip
+            raise FiveActorsError(
+                f"--resume {run_dir}: no readable checkpoint in {store.directory}"
+                f"{f' ({found})' if found else ''}; --allow-fresh starts over from version 0 in that run dir"
+            )
     try:
         store.load_pool()
     except CheckpointError as exc:
-        raise FiveActorsError(f"--resume {run_dir}: {exc}; move {store.directory / POOL_FILE} aside to resume with an empty "
-                              "opponent pool (the checkpoints keep the parameters)") from None  # fmt: skip
+        raise FiveActorsError(
+            f"--resume {run_dir}: {exc}; move {store.directory / POOL_FILE} aside to resume with an empty "
+            "opponent pool (the checkpoints keep the parameters)"
+        ) from None
     try:
         load_state(run_dir / RATINGS_FILE)
     except FiveActorsError as exc:
-        raise FiveActorsError(f"--resume {run_dir}: {exc}; move {run_dir / RATINGS_FILE} aside to resume with fresh ratings") from None
+        raise FiveActorsError(
+            f"--resume {run_dir}: {exc}; move {run_dir / RATINGS_FILE} aside to resume with fresh ratings"
+        ) from None
 
 
 def cmd_health(args: argparse.Namespace) -> int:
@@ -328,23 +382,56 @@ def cmd_node(args: argparse.Namespace) -> int:
     from five_actors.runtime.node import run
     from five_actors.supervisor.main import child_node
 
-    return run(child_node(args.node_id, args.path, args.spec, args.parent, args.run_dir, args.log_level, args.host, args.advertise_host))
+    return run(
+        child_node(
+            args.node_id,
+            args.path,
+            args.spec,
+            args.parent,
+            args.run_dir,
+            args.log_level,
+            args.host,
+            args.advertise_host,
+        )
+    )
 
 
-def _add_supervisor_parsers(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_supervisor_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     up = commands.add_parser(
-        "up", help="start the root supervisor and its tree on this host",
+        "up",
+        help="start the root supervisor and its tree on this host",
         description="Start the root supervisor and its tree on this host. The live dashboard is at "
-                    "http://HOST:PORT/ (default http://127.0.0.1:8780/; the URL is printed at start).")
+        "http://HOST:PORT/ (default http://127.0.0.1:8780/; the URL is printed at start).",
+    )
     up.add_argument("--config", help="a config file or bundled config name (default: default)")
-    up.add_argument("--resume", metavar="RUN_DIR", help="continue that run: its config, checkpoint, version counters, pool and ratings")
-    up.add_argument("--allow-fresh", action="store_true", help="with --resume: start from version 0 when no checkpoint is readable")
-    up.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. --set tree.max_restarts=5")
+    up.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue that run: its config, checkpoint, version counters, pool and ratings",
+    )
+    up.add_argument(
+        "--allow-fresh", action="store_true", help="with --resume: start from version 0 when no checkpoint is readable"
+    )
+    up.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. --set tree.max_restarts=5"
+    )
     up.add_argument("--run-dir", help="where logs and the token go (default: runs/<UTC time>-<config name>/)")
     up.add_argument("--duration", type=float, help="stop cleanly after this many seconds")
-    up.add_argument("--learners", type=_positive_int, metavar="N", help="learner processes in the allreduce group (--set tree.counts.learners=N)")
-    up.add_argument("--game-actors", type=_positive_int, metavar="M", help="GameActor processes (--set tree.counts.game_actors=M)")
-    up.add_argument("--games-per-actor", type=_positive_int, metavar="K", help="games each GameActor steps (--set training.games_per_actor=K)")
+    up.add_argument(
+        "--learners",
+        type=_positive_int,
+        metavar="N",
+        help="learner processes in the allreduce group (--set tree.counts.learners=N)",
+    )
+    up.add_argument(
+        "--game-actors", type=_positive_int, metavar="M", help="GameActor processes (--set tree.counts.game_actors=M)"
+    )
+    up.add_argument(
+        "--games-per-actor",
+        type=_positive_int,
+        metavar="K",
+        help="games each GameActor steps (--set training.games_per_actor=K)",
+    )
     up.add_argument("--host", help="interface to serve HTTP and links on (default: node.host, 127.0.0.1)")
     up.add_argument("--port", type=int, help="port to serve on (default: node.port, 8780; 0 picks a free one)")
     up.set_defaults(func=cmd_up)
@@ -358,10 +445,16 @@ def _add_supervisor_parsers(commands: argparse._SubParsersAction) -> None:  # ty
     join.add_argument("url", metavar="ws://HEAD:PORT", help="the head node's address")
     join.add_argument("--token-file", help="a file holding the cluster token (the head's RUN_DIR/token)")
     join.add_argument("--token", help="the cluster token itself")
-    join.add_argument("--name", help="this host's name and node id (default: the hostname); a host child of the same id prefers it")
+    join.add_argument(
+        "--name", help="this host's name and node id (default: the hostname); a host child of the same id prefers it"
+    )
     join.add_argument("--host", default="127.0.0.1", help="interface to serve on (default: %(default)s)")
     join.add_argument("--port", type=int, default=0, help="port to serve on (default: any free port)")
-    join.add_argument("--advertise-host", default="", help="address the head and peers reach this host at (default: --host, or the hostname for 0.0.0.0)")
+    join.add_argument(
+        "--advertise-host",
+        default="",
+        help="address the head and peers reach this host at (default: --host, or the hostname for 0.0.0.0)",
+    )
     join.add_argument("--run-dir", help="where this host's logs go (default: runs/<UTC time>-join-<name>/)")
     join.set_defaults(func=cmd_join)
 
@@ -378,7 +471,8 @@ def _add_supervisor_parsers(commands: argparse._SubParsersAction) -> None:  # ty
 
 
 def cmd_surgery(args: argparse.Namespace) -> int:
-    """Apply surgery operations to a checkpoint (or a live cluster's model), verify that behaviour is kept, write the result."""
+    """Apply surgery operations to a checkpoint (or a live cluster's model), verify that behaviour is kept, write the
+    result."""
     if args.url:
         return _live_surgery(args)
     from five_actors.config import load_config
@@ -391,9 +485,16 @@ def cmd_surgery(args: argparse.Namespace) -> int:
     game = load_config(args.config).game if args.config else None
     configure_logging("surgery", None, level="warning")  # stdout carries the report only
     report = checkpoint_surgery(
-        parse_ops(args.operation), args.checkpoint, None if args.dry_run else args.out, game, args.probe_steps, seed=args.seed
+        parse_ops(args.operation),
+        args.checkpoint,
+        None if args.dry_run else args.out,
+        game,
+        args.probe_steps,
+        seed=args.seed,
     )
-    sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n" if args.json else format_report(report))
+    sys.stdout.write(
+        orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n" if args.json else format_report(report)
+    )
     return 0
 
 
@@ -409,53 +510,78 @@ def _live_surgery(args: argparse.Namespace) -> int:
         raise FiveActorsError("a live surgery needs the cluster token: give --token-file RUN_DIR/token")
     token = read_token(Path(args.token_file))
     body = orjson.dumps({"ops": args.operation, "dry_run": args.dry_run, "probe_steps": args.probe_steps})
-    request = urllib.request.Request(f"{args.url.rstrip('/')}/surgery", data=body, method="POST",
-                                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})  # fmt: skip
+    request = urllib.request.Request(
+        f"{args.url.rstrip('/')}/surgery",
+        data=body,
+        method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, timeout=660) as response:
             report = orjson.loads(response.read())
     except urllib.error.HTTPError as exc:
         answer = orjson.loads(exc.read() or b"{}")
-        raise SurgeryRejected(f"{args.url} refused the surgery ({exc.code}): {answer.get('message', exc.reason)}") from None
+        raise SurgeryRejected(
+            f"{args.url} refused the surgery ({exc.code}): {answer.get('message', exc.reason)}"
+        ) from None
     except (urllib.error.URLError, OSError) as exc:
         raise FiveActorsError(f"cannot reach {args.url}: {getattr(exc, 'reason', exc)}") from None
     if args.json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
     latest = report["verification"][str(report["version_from"])]
-    text = format_report({**report, "verification": latest, "out": None})
+    outcome = None
     if not report["dry_run"]:
-        text = text.replace("dry run: nothing written", f"live: version {report['version_from']} -> {report['version_to']}, "
-                            f"{len(report['versions_operated'])} version(s) operated")  # fmt: skip
-    sys.stdout.write(text)
+        outcome = (
+            f"live: version {report['version_from']} -> {report['version_to']}, "
+            f"{len(report['versions_operated'])} version(s) operated"
+        )
+    sys.stdout.write(format_report({**report, "verification": latest, "out": None}, outcome))
     return 0
 
 
-def _add_surgery_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_surgery_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     surgery = commands.add_parser(
         "surgery",
         help="change a model's shape without changing what it does",
         description=(
             "Operations (join several with '+'): add-observation BLOCK.FEATURE ...|all; add-hero NAME; "
-            "add-unit-type BLOCK NAME; widen-lstm SIZE; widen-layer NAME SIZE; add-action NAME [HEAD ...]; game-version V."
+            "add-unit-type BLOCK NAME; widen-lstm SIZE; widen-layer NAME SIZE; add-action NAME [HEAD ...]; "
+            "game-version V."
         ),
     )
-    surgery.add_argument("operation", nargs="+", metavar="OP", help="an operation and its arguments, e.g. widen-lstm 256")
+    surgery.add_argument(
+        "operation", nargs="+", metavar="OP", help="an operation and its arguments, e.g. widen-lstm 256"
+    )
     target = surgery.add_mutually_exclusive_group(required=True)
-    target.add_argument("--checkpoint", type=Path, metavar="FILE", help="the checkpoint to operate on (model and optimizer state)")
-    target.add_argument("--url", metavar="http://HEAD:PORT", help="operate on a running cluster's model (POST /surgery to its head)")
-    surgery.add_argument("--token-file", metavar="FILE", help="with --url: the cluster token (the head's RUN_DIR/token)")
+    target.add_argument(
+        "--checkpoint", type=Path, metavar="FILE", help="the checkpoint to operate on (model and optimizer state)"
+    )
+    target.add_argument(
+        "--url", metavar="http://HEAD:PORT", help="operate on a running cluster's model (POST /surgery to its head)"
+    )
+    surgery.add_argument(
+        "--token-file", metavar="FILE", help="with --url: the cluster token (the head's RUN_DIR/token)"
+    )
     surgery.add_argument("--out", type=Path, metavar="FILE", help="where to write the new checkpoint (atomically)")
-    surgery.add_argument("--dry-run", action="store_true", help="report what would change and the verification, write nothing")
-    surgery.add_argument("--config", metavar="CONFIG", help="the run's config: its [game] section shapes the probe games")
-    surgery.add_argument("--probe-steps", type=int, default=256, metavar="N", help="steps of recorded games to verify on (default 256)")
+    surgery.add_argument(
+        "--dry-run", action="store_true", help="report what would change and the verification, write nothing"
+    )
+    surgery.add_argument(
+        "--config", metavar="CONFIG", help="the run's config: its [game] section shapes the probe games"
+    )
+    surgery.add_argument(
+        "--probe-steps", type=int, default=256, metavar="N", help="steps of recorded games to verify on (default 256)"
+    )
     surgery.add_argument("--seed", type=int, default=0, help="seed of the probe games and of new units' weights")
     surgery.add_argument("--json", action="store_true", help="print the report as JSON")
     surgery.set_defaults(func=cmd_surgery)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="five-actors", description="OpenAI Five-style distributed self-play training.")
+    parser = argparse.ArgumentParser(
+        prog="five-actors", description="OpenAI Five-style distributed self-play training."
+    )
     parser.add_argument("--version", action="version", version=f"five-actors {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

@@ -20,14 +20,14 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 
 import orjson
 
-from five_actors.errors import ConfigError
-from five_actors.files import write_atomic
-from five_actors.runtime.config import NodeConfig
-from five_actors.supervisor.config import TreeConfig
-from five_actors.game.config import GameConfig
-from five_actors.model.config import ModelConfig, PPOConfig
 from five_actors.actors.config import TrainingConfig
 from five_actors.envs import EnvConfig
+from five_actors.errors import ConfigError
+from five_actors.files import write_atomic
+from five_actors.game.config import GameConfig
+from five_actors.model.config import ModelConfig, PPOConfig
+from five_actors.runtime.config import NodeConfig
+from five_actors.supervisor.config import TreeConfig
 
 T = TypeVar("T")
 
@@ -48,7 +48,9 @@ def resolve_config_path(name: str | Path) -> Path:
     candidate = BUNDLED / f"{stem}.toml"
     if candidate.is_file():
         return Path(str(candidate))
-    raise ConfigError(f"config {str(name)!r} not found: not a file, and not one of the bundled configs {bundled_configs()}")
+    raise ConfigError(
+        f"config {str(name)!r} not found: not a file, and not one of the bundled configs {bundled_configs()}"
+    )
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -122,7 +124,8 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
             try:
                 return _convert(arg, value, where)
             except ConfigError as exc:
-                # A list's error says nothing about a scalar, nor a scalar's about a list: keep the error of the kind given.
+                # A list's error says nothing about a scalar, nor a scalar's about a list: keep the error of the kind
+                # given.
                 if isinstance(value, list) == (get_origin(arg) in (list, tuple) or arg in (list, tuple)):
                     errors.append(str(exc))
         raise ConfigError(errors[0] if len(errors) == 1 else f"{where}: {_describe(value)} fits none of {hint}")
@@ -210,7 +213,7 @@ RUN_CONFIG = "config.json"
 
 def config_to_dict(config: Config) -> dict[str, Any]:
     """The config as plain JSON-able values (paths as strings); `from_mapping(Config, ...)` reads it back."""
-    return orjson.loads(orjson.dumps(dataclasses.asdict(config), default=str))  # type: ignore[no-any-return]
+    return orjson.loads(orjson.dumps(dataclasses.asdict(config), default=str))
 
 
 def write_run_config(config: Config, run_dir: Path) -> Path:

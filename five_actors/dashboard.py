@@ -30,6 +30,7 @@ from five_actors.errors import GameError, LogsError
 from five_actors.logreplay import LogFile, LogFilter, find_log_dir, log_files, parse_time, read_merged
 from five_actors.logs import format_record
 from five_actors.supervisor.health import VIEW_KEY, is_problem
+from five_actors.surgery.http import make_route as surgery_route
 from five_actors.tensorboard import TensorBoardLog
 
 SERIES_POINTS = 20_000
@@ -117,7 +118,8 @@ class Dashboard:
         self.tensorboard.close()
 
     def install(self, app: web.Application) -> None:
-        """Add the dashboard's routes to the head's app (before it starts)."""
+        """Add the dashboard's routes, and POST /surgery that its form sends, to the head's app (before it starts)."""
+        app.router.add_post("/surgery", surgery_route(lambda: app[VIEW_KEY].system))
         app.router.add_get("/", self.page)
         app.router.add_get("/api/series", self.api_series)
         app.router.add_get("/api/tree", self.api_tree)
@@ -163,7 +165,9 @@ class Dashboard:
         name = request.match_info["name"]
         source = self.run_dir / "replays" / name
         if not _REPLAY_NAME.match(name) or not source.is_file():
-            return web.json_response({"error": "not found", "message": f"no replay {name!r} in {self.run_dir / 'replays'}"}, status=404)
+            return web.json_response(
+                {"error": "not found", "message": f"no replay {name!r} in {self.run_dir / 'replays'}"}, status=404
+            )
         page = source.with_name(f"{name}.html")
         if not page.is_file() or page.stat().st_mtime < source.stat().st_mtime:
             try:

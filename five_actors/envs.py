@@ -40,7 +40,9 @@ class EnvConfig:
             if not sep or not module or not name.isidentifier():
                 raise ValueError(f"env.factory must be 'package.module:function', got {self.factory!r}")
             if self.id != LANE:
-                raise ValueError(f"env.factory and env.id name two environments ({self.factory!r}, {self.id!r}): set one")
+                raise ValueError(
+                    f"env.factory and env.id name two environments ({self.factory!r}, {self.id!r}): set one"
+                )
         elif self.id != LANE and not (self.id.startswith(GYMNASIUM) and len(self.id) > len(GYMNASIUM)):
             raise ValueError(f"env.id must be 'lane' or 'gymnasium:ENV_ID', got {self.id!r}")
 

@@ -13,13 +13,16 @@
     ├── SupervisorError             a supervisor gave up (restart intensity exceeded)
     ├── GameError                   bad actions, impossible game settings
     ├── ModelError                  observations, masks or losses the model refuses
+    │   └── ArchMismatch            a request for another architecture than the model held
     ├── CheckpointError             a truncated, corrupt or mismatched checkpoint
     ├── TrainingError               parameters or rollout chunks the training actors refuse
+    │   └── VersionUnavailable      a parameter version that cannot be served or played
     ├── LogsError                   a run's logs that cannot be found or read
     └── SurgeryRejected             a surgery that would change behaviour or is not supported
 
 A handler that raises a FiveActorsError refuses one request: the asker receives it as a
-RemoteError and the actor keeps running. Any other exception crashes the actor.
+RemoteError and the actor keeps running. Any other exception crashes the actor. A refusal the
+asker acts on is matched by its type (`RemoteError.is_a(ArchMismatch)`), never by its text.
 """
 
 from __future__ import annotations
@@ -69,6 +72,10 @@ class RemoteError(ActorError):
         self.error_type = error_type
         self.message = message
 
+    def is_a(self, error: type[FiveActorsError]) -> bool:
+        """Whether the handler refused with `error` (by its type's name, which is what crosses the wire)."""
+        return self.error_type == error.__name__
+
 
 class SupervisorError(FiveActorsError):
     """A supervisor exceeded its restart intensity and gave up."""
@@ -82,12 +89,20 @@ class ModelError(FiveActorsError):
     """Observations, masks or losses that the model refuses."""
 
 
+class ArchMismatch(ModelError):
+    """A request (or parameters) for another architecture than the model held, e.g. across a live surgery."""
+
+
 class CheckpointError(FiveActorsError):
     """A checkpoint that is truncated, corrupt or does not match."""
 
 
 class TrainingError(FiveActorsError):
     """Parameters, optimizer state or rollout chunks of the wrong architecture, shape or version."""
+
+
+class VersionUnavailable(TrainingError):
+    """A parameter version that is unknown, no longer kept, or of another architecture than the one playing."""
 
 
 class LogsError(FiveActorsError):

@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomic(path: str | Path, data: bytes) -> Path:
+def write_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write `data` to `path` through a fsynced temporary file in the same folder and a rename.
 
     After a crash at any moment `path` holds either its old content or all of `data`.

@@ -200,8 +200,12 @@ def _write(out: IO[str], entry: Entry, as_json: bool) -> None:
 
 
 def replay(
-    run_dir: Path, log_filter: LogFilter, as_json: bool = False, follow: bool = False,
-    out: IO[str] = sys.stdout, poll_seconds: float = 0.2,
+    run_dir: Path,
+    log_filter: LogFilter,
+    as_json: bool = False,
+    follow: bool = False,
+    out: IO[str] = sys.stdout,
+    poll_seconds: float = 0.2,
 ) -> int:
     """Print a run's logs merged by time; with `follow`, keep printing new lines until Ctrl-C. Returns the exit code."""
     log_dir = find_log_dir(run_dir)
@@ -223,8 +227,10 @@ def _follow(log_dir: Path, log_filter: LogFilter, as_json: bool, out: IO[str], p
                 sources.setdefault(path, LogFile(path))
             # A partial last line is not an error while following: its writer may finish it.
             streams = [(e for e in s.read_new() if log_filter.keep(e[0])) for s in sources.values()]
-            batch: Iterable[Entry] = heapq.merge(*streams, key=lambda e: e[0]["ts"]) if first else sorted(
-                (e for stream in streams for e in stream), key=lambda e: e[0]["ts"]
+            batch: Iterable[Entry] = (
+                heapq.merge(*streams, key=lambda e: e[0]["ts"])
+                if first
+                else sorted((e for stream in streams for e in stream), key=lambda e: e[0]["ts"])
             )
             for entry in batch:
                 _write(out, entry, as_json)
@@ -310,7 +316,10 @@ def summary_json(actors: dict[str, ActorSummary], events: Counter[str]) -> dict[
     return {
         "actors": {
             name: {
-                "starts": s.starts, "crashes": s.crashes, "restarts": s.restarts, "last_error": s.last_error,
+                "starts": s.starts,
+                "crashes": s.crashes,
+                "restarts": s.restarts,
+                "last_error": s.last_error,
                 "nodes": sorted(s.nodes),
             }
             for name, s in sorted(actors.items())

@@ -55,7 +55,8 @@ class _State:
     node: str = ""
     file: BinaryIO | None = None
     console: bool = False
-    """Readable lines on stderr: whatever sys.stderr is when a line is written (a test's capture may have replaced it)."""
+    """Readable lines on stderr: whatever sys.stderr is when a line is written (a test's capture may have replaced
+    it)."""
     console_level: int = logging.WARNING
 
 

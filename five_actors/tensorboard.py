@@ -20,8 +20,20 @@ import orjson
 
 TENSORBOARD_DIR = "tensorboard"
 """The folder under RUN_DIR that holds the event files."""
-FACTS = ("version", "env_steps", "env_steps_per_s", "samples_per_s", "staleness", "reuse", "win_rate_scripted",
-         "win_rate_low", "win_rate_high", "trueskill", "running", "restarts")  # fmt: skip
+FACTS = (
+    "version",
+    "env_steps",
+    "env_steps_per_s",
+    "samples_per_s",
+    "staleness",
+    "reuse",
+    "win_rate_scripted",
+    "win_rate_low",
+    "win_rate_high",
+    "trueskill",
+    "running",
+    "restarts",
+)
 """The live line's facts written under `progress/`."""
 
 
@@ -59,7 +71,9 @@ class TensorBoardLog:
             if event["ts"] <= self.surgeries_written:
                 continue
             step = int(event.get("version_from") or event.get("version") or 0)
-            text = "\n".join(f"    {line}" for line in orjson.dumps(event, option=orjson.OPT_INDENT_2).decode().splitlines())
+            text = "\n".join(
+                f"    {line}" for line in orjson.dumps(event, option=orjson.OPT_INDENT_2).decode().splitlines()
+            )
             self.writer.add_text("surgery", f"{event['event']}\n\n{text}", step, walltime=event["ts"])
             self.surgeries_written = event["ts"]
 

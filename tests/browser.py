@@ -46,11 +46,21 @@ class Browser:
         """Start Chromium with a fresh profile in `profile`, attach to its page; stop it after."""
         assert CHROMIUM is not None, "no chromium on PATH"
         proc = subprocess.Popen(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--no-first-run", "--remote-debugging-port=0", f"--user-data-dir={profile}",
-             f"--window-size={width},{height}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--no-first-run",
+                "--remote-debugging-port=0",
+                f"--user-data-dir={profile}",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             port = await _devtools_port(profile / "DevToolsActivePort", proc)
             async with aiohttp.ClientSession() as session:
@@ -105,8 +115,12 @@ class Browser:
     async def screenshot(self, path: Path) -> None:
         """Write the whole page as a PNG."""
         size = await self.eval("[document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
-        shot = await self.send("Page.captureScreenshot", format="png", captureBeyondViewport=True,
-                               clip={"x": 0, "y": 0, "width": size[0], "height": size[1], "scale": 1})  # fmt: skip
+        shot = await self.send(
+            "Page.captureScreenshot",
+            format="png",
+            captureBeyondViewport=True,
+            clip={"x": 0, "y": 0, "width": size[0], "height": size[1], "scale": 1},
+        )
         path.write_bytes(base64.b64decode(shot["data"]))
 
     async def _read(self) -> None:
@@ -119,10 +133,14 @@ class Browser:
                 continue
             method, params = message.get("method"), message.get("params", {})
             if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-                self.errors.append("console: " + " ".join(str(a.get("value", a.get("description"))) for a in params["args"]))
+                self.errors.append(
+                    "console: " + " ".join(str(a.get("value", a.get("description"))) for a in params["args"])
+                )
             elif method == "Runtime.exceptionThrown":
                 details = params["exceptionDetails"]
-                self.errors.append("exception: " + str(details.get("exception", {}).get("description", details.get("text"))))
+                self.errors.append(
+                    "exception: " + str(details.get("exception", {}).get("description", details.get("text")))
+                )
             elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
                 self.errors.append(f"log: {params['entry']['text']} {params['entry'].get('url', '')}")
 

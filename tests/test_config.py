@@ -74,7 +74,10 @@ def test_bad_toml_names_the_file(tmp_path) -> None:
         load_config(bad)
 
 
-@pytest.mark.parametrize("key", ["node.heartbeat_s", "tree.backoff", "training.eval_every_s", "training.allreduce_timeout_s", "ppo.learning_rate"])
+@pytest.mark.parametrize(
+    "key",
+    ["node.heartbeat_s", "tree.backoff", "training.eval_every_s", "training.allreduce_timeout_s", "ppo.learning_rate"],
+)
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_nan_and_infinity_are_refused_naming_the_key(key: str, value: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(f"{key}: expected a finite number, got {float(value)!r}")):
@@ -82,7 +85,24 @@ def test_nan_and_infinity_are_refused_naming_the_key(key: str, value: str) -> No
 
 
 def test_up_exits_2_naming_a_nan_key_before_anything_starts(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "five_actors", "up", "--config", "smoke", "--set", "tree.backoff=nan",
-                           "--run-dir", str(tmp_path / "run"), "--port", "0"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "five_actors",
+            "up",
+            "--config",
+            "smoke",
+            "--set",
+            "tree.backoff=nan",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "tree.backoff: expected a finite number" in done.stderr, done.stderr
     assert not (tmp_path / "run" / "config.json").exists()

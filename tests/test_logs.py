@@ -51,19 +51,23 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("run")
     logs = run / "logs"
     write_logs(
-        logs, "head",
-        "/root,node_started,info,url=http://127.0.0.1:1", "/root/ping,actor_started,info,cls=Ping",
+        logs,
+        "head",
+        "/root,node_started,info,url=http://127.0.0.1:1",
+        "/root/ping,actor_started,info,cls=Ping",
         "/root,child_started,info,child=pong,kind=process,node=worker",
     )
     write_logs(logs, "worker", "/root/pong,actor_started,info,cls=Pong", "-,link_up,info,peer=head")
     write_logs(
-        logs, "head",
+        logs,
+        "head",
         "/root,child_exited,warning,child=pong,reason=killed",
         "/root,child_restarted,info,child=pong,restarts=1",
         "/root,child_started,info,child=pong,kind=process,node=worker",
     )
     write_logs(
-        logs, "worker",
+        logs,
+        "worker",
         "/root/pong,actor_started,info,cls=Pong",
         "/root/pong,actor_crashed,error,reason=ValueError: bad pong,traceback=Traceback (most recent call last):",
     )
@@ -75,10 +79,16 @@ def test_lines_of_all_nodes_are_merged_by_time(run_dir: Path) -> None:
     assert result.returncode == 0, result.stderr
     records = json_lines(result.stdout)
     assert [(r["node"], r["event"]) for r in records] == [
-        ("head", "node_started"), ("head", "actor_started"), ("head", "child_started"),
-        ("worker", "actor_started"), ("worker", "link_up"),
-        ("head", "child_exited"), ("head", "child_restarted"), ("head", "child_started"),
-        ("worker", "actor_started"), ("worker", "actor_crashed"),
+        ("head", "node_started"),
+        ("head", "actor_started"),
+        ("head", "child_started"),
+        ("worker", "actor_started"),
+        ("worker", "link_up"),
+        ("head", "child_exited"),
+        ("head", "child_restarted"),
+        ("head", "child_started"),
+        ("worker", "actor_started"),
+        ("worker", "actor_crashed"),
     ]
     assert [r["ts"] for r in records] == sorted(r["ts"] for r in records)
     assert all(list(r)[:5] == ["ts", "node", "actor", "event", "level"] for r in records)
@@ -110,7 +120,13 @@ def test_actor_filter_is_a_glob_on_the_actor_path(run_dir: Path) -> None:
 
 def test_event_filter_repeats_and_globs(run_dir: Path) -> None:
     records = json_lines(cli("replay", str(run_dir), "--json", "--event", "child_*", "--event", "link_up").stdout)
-    assert [r["event"] for r in records] == ["child_started", "link_up", "child_exited", "child_restarted", "child_started"]
+    assert [r["event"] for r in records] == [
+        "child_started",
+        "link_up",
+        "child_exited",
+        "child_restarted",
+        "child_started",
+    ]
 
 
 def test_level_filter_keeps_that_level_and_above(run_dir: Path) -> None:
@@ -141,11 +157,20 @@ def test_summary_counts_starts_crashes_restarts_and_last_error(run_dir: Path) ->
     pong = summary["actors"]["/root/pong"]
     assert pong == {"starts": 2, "crashes": 1, "restarts": 1, "last_error": "ValueError: bad pong", "nodes": ["worker"]}
     assert summary["actors"]["/root/ping"] == {
-        "starts": 1, "crashes": 0, "restarts": 0, "last_error": None, "nodes": ["head"],
+        "starts": 1,
+        "crashes": 0,
+        "restarts": 0,
+        "last_error": None,
+        "nodes": ["head"],
     }
     assert summary["events"] == {
-        "actor_crashed": 1, "actor_started": 3, "child_exited": 1, "child_restarted": 1, "child_started": 2,
-        "link_up": 1, "node_started": 1,
+        "actor_crashed": 1,
+        "actor_started": 3,
+        "child_exited": 1,
+        "child_restarted": 1,
+        "child_started": 2,
+        "link_up": 1,
+        "node_started": 1,
     }
     text = cli("summary", str(run_dir)).stdout
     row = next(line for line in text.splitlines() if line.startswith("/root/pong"))
@@ -184,8 +209,22 @@ def test_follow_prints_lines_appended_later_including_new_files(tmp_path: Path) 
     logs = tmp_path / "logs"
     write_logs(logs, "n1", "/a,before,info")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "five_actors", "logs", "replay", str(tmp_path), "--follow", "--event", "before", "--event", "after*"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "five_actors",
+            "logs",
+            "replay",
+            str(tmp_path),
+            "--follow",
+            "--event",
+            "before",
+            "--event",
+            "after*",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
@@ -224,7 +263,9 @@ logging.getLogger("aiohttp.web").warning("stdlib says %s", "hi")
 
 
 def test_configure_twice_writes_each_event_once_with_sensible_values(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-c", CONFIGURE_TWICE, str(tmp_path)], capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", CONFIGURE_TWICE, str(tmp_path)], capture_output=True, text=True, check=True
+    )
     records = json_lines((tmp_path / "n1.jsonl").read_text())
     assert [r["event"] for r in records] == ["values", "failed", "stdlib says hi"]
     values = records[0]
@@ -240,7 +281,8 @@ def test_configure_twice_writes_each_event_once_with_sensible_values(tmp_path: P
 
 def test_without_log_dir_lines_go_to_stderr_and_bad_arguments_are_refused(tmp_path: Path) -> None:
     code = (
-        "import structlog; from five_actors.logs import configure_logging; configure_logging('solo', None, level='debug');"
+        "import structlog; from five_actors.logs import configure_logging; "
+        "configure_logging('solo', None, level='debug');"
         "structlog.get_logger().debug('tiny_detail', n=1)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -285,5 +327,9 @@ def test_an_actor_crash_is_logged_with_its_traceback_and_summarised(tmp_path: Pa
     assert "in on_explode" in crash["traceback"] and crash["traceback"].endswith("ValueError: bad input\n")
     summary = orjson.loads(cli("summary", str(tmp_path), "--json").stdout)
     assert summary["actors"]["/fragile"] == {
-        "starts": 1, "crashes": 1, "restarts": 0, "last_error": "ValueError: bad input", "nodes": ["n1"],
+        "starts": 1,
+        "crashes": 1,
+        "restarts": 0,
+        "last_error": "ValueError: bad input",
+        "nodes": ["n1"],
     }

@@ -18,13 +18,21 @@ from five_actors.schedule import schedule_value
 
 def test_a_schedule_is_linear_between_its_points_and_flat_outside() -> None:
     points = ((100.0, 0.01), (300.0, 0.001))
-    assert [schedule_value(points, v) for v in (0, 100, 200, 300, 10**6)] == pytest.approx([0.01, 0.01, 0.0055, 0.001, 0.001])
+    assert [schedule_value(points, v) for v in (0, 100, 200, 300, 10**6)] == pytest.approx(
+        [0.01, 0.01, 0.0055, 0.001, 0.001]
+    )
     assert schedule_value(3e-4, 12345) == 3e-4
 
 
 def test_schedules_are_set_in_a_config_and_survive_the_run_config(tmp_path: Path) -> None:
-    config = load_config("smoke", ["ppo.entropy_coef=[[0, 0.02], [50, 0.002]]", "ppo.learning_rate=1e-3",
-                                   "game.team_spirit=[[0, 0.5], [10, 1.0]]"])  # fmt: skip
+    config = load_config(
+        "smoke",
+        [
+            "ppo.entropy_coef=[[0, 0.02], [50, 0.002]]",
+            "ppo.learning_rate=1e-3",
+            "game.team_spirit=[[0, 0.5], [10, 1.0]]",
+        ],
+    )
     assert config.ppo.entropy_coef == ((0.0, 0.02), (50.0, 0.002)) and config.ppo.learning_rate == 1e-3
     assert config.game.team_spirit_at(5) == pytest.approx(0.75)
     write_run_config(config, tmp_path)
@@ -34,7 +42,10 @@ def test_schedules_are_set_in_a_config_and_survive_the_run_config(tmp_path: Path
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
-        ("ppo.entropy_coef=[[10, 0.01], [5, 0.001]]", "entropy_coef: schedule versions must be >= 0 and strictly ascending"),
+        (
+            "ppo.entropy_coef=[[10, 0.01], [5, 0.001]]",
+            "entropy_coef: schedule versions must be >= 0 and strictly ascending",
+        ),
         ("ppo.learning_rate=[[0, 2.0]]", "learning_rate must be within [0.0, 1.0], got 2.0"),
         ("ppo.learning_rate=[]", "learning_rate: a schedule needs at least one"),
         ("ppo.entropy_coef=[[0, 0.01, 3]]", "entropy_coef: each schedule point is [version, value]"),

@@ -25,9 +25,9 @@ import torch
 
 from five_actors.actors.messages import Rollout
 from five_actors.errors import FiveActorsError, TrainingError
+from five_actors.game.layout import project_masks, project_obs
 from five_actors.model.ppo import Chunks
 from five_actors.model.spec import ModelSpec
-from five_actors.surgery.verify import project_masks, project_obs
 
 TIME_MAJOR = ("obs", "actions", "logp", "values", "rewards", "dones", "starts", "advantages", "returns")
 """Rollout fields shaped [T, B, ...]."""
@@ -70,8 +70,9 @@ class Minibatch:
     fresh: list[bool] = field(default_factory=list)
 
 
-def convert_arrays(obs: np.ndarray, masks: dict[str, np.ndarray], h: np.ndarray, c: np.ndarray, old: ModelSpec,
-                   new: ModelSpec) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray]:
+def convert_arrays(
+    obs: np.ndarray, masks: dict[str, np.ndarray], h: np.ndarray, c: np.ndarray, old: ModelSpec, new: ModelSpec
+) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """Chunk arrays of architecture `old` in `new`'s layout: features and action types by name (new ones 0 and
     masked off), LSTM state padded with zeros for new units (as the game side does at the switch).
 
@@ -115,9 +116,15 @@ def check_rollout(msg: Rollout, spec: ModelSpec, chunk_steps: int) -> int:
     }
     for name, (shape, kind) in expected.items():
         _check_array(name, getattr(msg, name), shape, kind)
-    masks = {"type": (chunk_steps, batch, types), **{h.name: (chunk_steps, batch, types, h.size) for h in spec.actions.heads}}
+    masks = {
+        "type": (chunk_steps, batch, types),
+        **{h.name: (chunk_steps, batch, types, h.size) for h in spec.actions.heads},
+    }
     if not isinstance(msg.masks, dict) or set(msg.masks) != set(masks):
-        raise TrainingError(f"masks have keys {sorted(msg.masks) if isinstance(msg.masks, dict) else msg.masks!r}, expected {sorted(masks)}")
+        raise TrainingError(
+            f"masks have keys {sorted(msg.masks) if isinstance(msg.masks, dict) else msg.masks!r}, expected "
+            f"{sorted(masks)}"
+        )
     for name, shape in masks.items():
         _check_array(f"masks[{name!r}]", msg.masks[name], shape, "b")
     for name in ("obs", "logp", "values", "rewards", "advantages", "returns", "h", "c"):
@@ -181,7 +188,9 @@ class ExperienceBuffer:
             try:
                 for chunk in waiting:
                     arrays = chunk.arrays
-                    arrays["obs"], chunk.masks, arrays["h"], arrays["c"] = convert_arrays(arrays["obs"], chunk.masks, arrays["h"], arrays["c"], old, new)
+                    arrays["obs"], chunk.masks, arrays["h"], arrays["c"] = convert_arrays(
+                        arrays["obs"], chunk.masks, arrays["h"], arrays["c"], old, new
+                    )
             except TrainingError:
                 self.counters.dropped_arch += len(waiting)
                 return 0, len(waiting)

@@ -33,8 +33,16 @@ class StepRecord:
     """Each reward component (the game's `reward/NAME` infos) per row."""
 
 
-def build_rollout(chunk: list[StepRecord], span: list[StepRecord], bootstrap: StepRecord, rows: np.ndarray,
-                  gamma: float, lam: float, source: str, arch: str) -> Rollout:  # fmt: skip
+def build_rollout(
+    chunk: list[StepRecord],
+    span: list[StepRecord],
+    bootstrap: StepRecord,
+    rows: np.ndarray,
+    gamma: float,
+    lam: float,
+    source: str,
+    arch: str,
+) -> Rollout:
     """Rows `rows` of the steps `chunk` as a Rollout, with GAE over `span` (the chunk and its window)
     from the value at `bootstrap` (the step after the span)."""
     steps = len(chunk)

@@ -29,9 +29,11 @@ class TrainingConfig:
     inference_deadline_ms: float = 2.0
     """...or once the oldest waiting request is this old."""
     inference_torch_threads: int = 1
-    """Torch intra-op threads of an InferenceActor's process on the CPU (0: torch's default; small batches run best on 1)."""
+    """Torch intra-op threads of an InferenceActor's process on the CPU (0: torch's default; small batches run best on
+    1)."""
     learner_torch_threads: int = 1
-    """Torch intra-op threads of a LearnerActor's process on the CPU (0: torch's default; learners sharing cores run best on 1)."""
+    """Torch intra-op threads of a LearnerActor's process on the CPU (0: torch's default; learners sharing cores run
+    best on 1)."""
     inference_cache_versions: int = 64
     """Past policy versions an InferenceActor keeps in memory (LRU) for opponent rows. As many as
     the opponent pool holds: with fewer, the games' past opponents outnumber the cache once the
@@ -69,13 +71,15 @@ class TrainingConfig:
     eval_past_versions: int = 2
     """Frozen past versions the EvalActor also plays in each round (besides the random and scripted bots)."""
     surgery_anneal_versions: int = 100
-    """Parameter versions over which a live surgery's added action types and new game version grow from 0 to all games."""
+    """Parameter versions over which a live surgery's added action types and new game version grow from 0 to all
+    games."""
     surgery_lr_hold_steps: int = 32
     """Optimizer steps after a live surgery with the learning rate at 0, so that Adam's moments of the
     new weights settle before they move (the paper held it at 0 for a while; fresh moments would give
     the new weights about three times the step size of the old ones)."""
     surgery_revert_trueskill: float = 5.0
-    """A change being annealed in goes back to share 0 when the latest version's TrueSkill falls this far below its value at the surgery."""
+    """A change being annealed in goes back to share 0 when the latest version's TrueSkill falls this far below its
+    value at the surgery."""
     stall_s: float = 120.0
     """Seconds without progress (no new version, a learner training no chunk, a game making no env step) before the
     head reports training stalled: /health 503 and `training_stalled` (five_actors.supervisor.watchdog); 0: never."""
@@ -87,22 +91,52 @@ class TrainingConfig:
     """Port of the learners' rendezvous; 0: `up` picks a free one and writes it into RUN_DIR/config.json."""
 
     def __post_init__(self) -> None:
-        at_least_one = ("games_per_actor", "rollout_chunk_steps", "inference_batch_rows", "inference_cache_versions", "buffer_chunks",
-                        "minibatch_chunks", "publish_every", "checkpoint_every", "keep_checkpoints", "pool_add_every", "eval_games",
-                        "pool_max_versions", "surgery_anneal_versions")  # fmt: skip
+        at_least_one = (
+            "games_per_actor",
+            "rollout_chunk_steps",
+            "inference_batch_rows",
+            "inference_cache_versions",
+            "buffer_chunks",
+            "minibatch_chunks",
+            "publish_every",
+            "checkpoint_every",
+            "keep_checkpoints",
+            "pool_add_every",
+            "eval_games",
+            "pool_max_versions",
+            "surgery_anneal_versions",
+        )
         for name in at_least_one:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("gae_window", "max_staleness", "eval_past_versions", "inference_deadline_ms", "inference_torch_threads",
-                     "learner_torch_threads", "surgery_revert_trueskill", "surgery_lr_hold_steps", "stall_s"):
+        for name in (
+            "gae_window",
+            "max_staleness",
+            "eval_past_versions",
+            "inference_deadline_ms",
+            "inference_torch_threads",
+            "learner_torch_threads",
+            "surgery_revert_trueskill",
+            "surgery_lr_hold_steps",
+            "stall_s",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.past_opponent_share <= 1.0:
             raise ValueError(f"past_opponent_share must be within [0, 1], got {self.past_opponent_share}")
-        for name in ("infer_timeout_s", "max_sample_reuse", "pool_eta", "eval_every_s", "reuse_window_s", "allreduce_timeout_s"):
+        for name in (
+            "infer_timeout_s",
+            "max_sample_reuse",
+            "pool_eta",
+            "eval_every_s",
+            "reuse_window_s",
+            "allreduce_timeout_s",
+        ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.minibatch_chunks > self.buffer_chunks:
-            raise ValueError(f"minibatch_chunks ({self.minibatch_chunks}) must not exceed buffer_chunks ({self.buffer_chunks})")
+            raise ValueError(
+                f"minibatch_chunks ({self.minibatch_chunks}) must not exceed buffer_chunks ({self.buffer_chunks})"
+            )
         if not 0 <= self.rendezvous_port <= 65535:
             raise ValueError(f"rendezvous_port must be in 0..65535, got {self.rendezvous_port}")

@@ -66,9 +66,11 @@ class EvalActor(Actor):
         self.ask_timeout_s = ask_timeout_s
         self.ratings = Ratings()
         self.history: list[int] = []
-        """Versions rated so far (at most MAX_REFERENCES, thinned evenly), oldest first: the frozen past opponents are drawn from them."""
+        """Versions rated so far (at most MAX_REFERENCES, thinned evenly), oldest first: the frozen past opponents are
+        drawn from them."""
         self.frozen: dict[int, Params] = {}
-        """The parameters of the history's versions rated in this process (after a resume the older ones are fetched)."""
+        """The parameters of the history's versions rated in this process (after a resume the older ones are
+        fetched)."""
         self.rounds = 0
         self.last: dict[str, Any] = {}
         """The latest round: version, per-opponent results, the policy's score."""
@@ -155,8 +157,10 @@ class EvalActor(Actor):
         if not self.config.env.is_lane:
             return await self._evaluate_returns(latest.version, policy)
         me = f"v{latest.version}"
-        opponents: list[tuple[str, Bot | Policy]] = [("random", RandomBot(seed=self.training.seed + self.rounds)),
-                                                     ("scripted", ScriptedBot(self._game_for(policy)))]  # fmt: skip
+        opponents: list[tuple[str, Bot | Policy]] = [
+            ("random", RandomBot(seed=self.training.seed + self.rounds)),
+            ("scripted", ScriptedBot(self._game_for(policy))),
+        ]
         for version in self._past_versions(latest.version):
             params = self.frozen.get(version) or await self._fetch(version)
             if params is None or params.arch != latest.arch:
@@ -177,12 +181,22 @@ class EvalActor(Actor):
         self.rounds += 1
         self._remember(latest)
         mine = self.ratings.rating(me)
-        self.last = {"version": latest.version, "trueskill": round(self.ratings.score(me), 3),
-                     "trueskill_sigma": round(mine.sigma, 3), "results": results,
-                     "seconds": round(time.monotonic() - started, 2)}  # fmt: skip
+        self.last = {
+            "version": latest.version,
+            "trueskill": round(self.ratings.score(me), 3),
+            "trueskill_sigma": round(mine.sigma, 3),
+            "results": results,
+            "seconds": round(time.monotonic() - started, 2),
+        }
         for name, result in results.items():
-            self.log.info("eval_result", **result, trueskill=self.last["trueskill"], trueskill_sigma=self.last["trueskill_sigma"],
-                          opponent_trueskill=round(self.ratings.score(name), 3), round=self.rounds)  # fmt: skip
+            self.log.info(
+                "eval_result",
+                **result,
+                trueskill=self.last["trueskill"],
+                trueskill_sigma=self.last["trueskill_sigma"],
+                opponent_trueskill=round(self.ratings.score(name), 3),
+                round=self.rounds,
+            )
         self._save()
         try:
             # The ParamServer watches TrueSkill while a live surgery's changes are annealed in (and reverts them).

@@ -27,18 +27,21 @@ from five_actors.actors.play import GameOutcome, Progress, play_round, summarize
 from five_actors.actors.ratings import REFERENCE, Ratings
 from five_actors.actors.store import CheckpointStore
 from five_actors.config import RUN_CONFIG, Config, config_from_tree, config_to_dict, load_config, read_run_config
-from five_actors.errors import CheckpointError, FiveActorsError, SurgeryRejected
+from five_actors.errors import CheckpointError, FiveActorsError, GameError
 from five_actors.game.bots import RandomBot, ScriptedBot
 from five_actors.game.config import GameConfig
+from five_actors.game.layout import project_masks, project_obs
 from five_actors.game.match import Bot
 from five_actors.game.spec import action_spec, obs_spec
 from five_actors.model.checkpoint import load_into, read_checkpoint
 from five_actors.model.policy import Policy
-from five_actors.surgery.verify import project_masks, project_obs
 
 PLAYER = "checkpoint"
 """The evaluated checkpoint's name in the ratings."""
-SCALE = "TrueSkill mu minus the random bot's (pinned, never updated): random play is 0; mu 25, sigma 25/3, beta sigma/2, tau 0, draw 0.02"
+SCALE = (
+    "TrueSkill mu minus the random bot's (pinned, never updated): random play is 0; "
+    "mu 25, sigma 25/3, beta sigma/2, tau 0, draw 0.02"
+)
 
 
 @dataclass
@@ -91,12 +94,17 @@ def game_config(loaded: Loaded, config: str | None, overrides: Sequence[str]) ->
 def check_fits(loaded: Loaded, game: GameConfig, source: str) -> None:
     """Refuse a checkpoint whose model cannot read the game's observations (other slots, blocks or heads)."""
     spec = loaded.policy.spec
-    obs, actions = obs_spec(spec.obs.version, game), action_spec(spec.obs.version, game)  # play_round plays the model's version
+    obs, actions = (
+        obs_spec(spec.obs.version, game),
+        action_spec(spec.obs.version, game),
+    )  # play_round plays the model's version
     try:
         project_obs(np.zeros((0, obs.size), np.float32), obs, spec.obs)
         project_masks({}, actions, spec.actions)
-    except SurgeryRejected as exc:
-        raise FiveActorsError(f"{loaded.path}: its model does not fit the game of {source} ({exc}); pass the run's --config") from None
+    except GameError as exc:
+        raise FiveActorsError(
+            f"{loaded.path}: its model does not fit the game of {source} ({exc}); pass the run's --config"
+        ) from None
 
 
 def device_of(name: str) -> str:
@@ -123,8 +131,17 @@ def reference_of(vs: str, game: GameConfig, seed: int, device: str, anchor: Load
     return "reference", other.policy
 
 
-def evaluate(target: Path, vs: str, games: int, seed: int, device: str, replay: Path | None,
-             config: str | None = None, overrides: Sequence[str] = (), err: TextIO | None = None) -> dict[str, Any]:
+def evaluate(
+    target: Path,
+    vs: str,
+    games: int,
+    seed: int,
+    device: str,
+    replay: Path | None,
+    config: str | None = None,
+    overrides: Sequence[str] = (),
+    err: TextIO | None = None,
+) -> dict[str, Any]:
     """Play the checkpoint at `target` against `vs` and return the report; progress lines go to `err` (stderr)."""
     err = err or sys.stderr
     started = time.monotonic()
@@ -135,16 +152,30 @@ def evaluate(target: Path, vs: str, games: int, seed: int, device: str, replay: 
     ratings = Ratings()
     report: dict[str, Any] = {"checkpoint": str(loaded.path), "version": loaded.version, "vs": vs, "game": source}
     if name != REFERENCE:
-        anchor = play_round(game, reference, RandomBot(seed=seed + 2), games, seed + 1, progress=_printer(err, "anchor: reference vs random", games))
+        anchor = play_round(
+            game,
+            reference,
+            RandomBot(seed=seed + 2),
+            games,
+            seed + 1,
+            progress=_printer(err, "anchor: reference vs random", games),
+        )
         _rate(ratings, name, REFERENCE, anchor)
         report["anchor"] = {"vs": "random", **summarize(anchor)}
-    outcomes = play_round(game, loaded.policy, reference, games, seed, replay, _printer(err, f"checkpoint vs {vs}", games))
+    outcomes = play_round(
+        game, loaded.policy, reference, games, seed, replay, _printer(err, f"checkpoint vs {vs}", games)
+    )
     _rate(ratings, PLAYER, name, outcomes)
     report.update(summarize(outcomes))
     report["trueskill"] = _rating(ratings, PLAYER)
     report["reference_trueskill"] = _rating(ratings, name)
-    report.update(scale=SCALE, seed=seed, device=device, replay=None if replay is None else str(replay),
-                  seconds=round(time.monotonic() - started, 2))  # fmt: skip
+    report.update(
+        scale=SCALE,
+        seed=seed,
+        device=device,
+        replay=None if replay is None else str(replay),
+        seconds=round(time.monotonic() - started, 2),
+    )
     return report
 
 

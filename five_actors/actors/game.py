@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
 import zlib
 from collections import deque
@@ -53,19 +54,34 @@ import structlog
 from five_actors.actors.chunks import StepRecord, build_rollout, chunk_rewards
 from five_actors.actors.inference import LATEST, actor_config
 from five_actors.actors.messages import (
-    GetParams, GetStats, InferReply, InferRequest, MatchResult, Opponent, OpponentRequest, ParamsAvailable, Rollout,
+    GetParams,
+    GetStats,
+    InferReply,
+    InferRequest,
+    MatchResult,
+    Opponent,
+    OpponentRequest,
+    ParamsAvailable,
+    Rollout,
 )
-from five_actors.actors.subscription import keep_subscribed
+from five_actors.actors.subscription import keep_subscribed, resolve_once
 from five_actors.config import Config
 from five_actors.envs import make_env
-from five_actors.errors import ActorDown, AskTimeout, FiveActorsError, ModelError, RemoteError
+from five_actors.errors import (
+    ActorDown,
+    ArchMismatch,
+    AskTimeout,
+    FiveActorsError,
+    ModelError,
+    RemoteError,
+    VersionUnavailable,
+)
 from five_actors.game.env import LaneGame
-from five_actors.game.layout import Step
+from five_actors.game.layout import Step, project_masks, project_obs
 from five_actors.game.spec import action_spec, obs_spec
 from five_actors.model.spec import ModelSpec
 from five_actors.runtime.actor import Actor
 from five_actors.surgery.anneal import GAME_VERSION, apply_anneal, apply_game_version, games_allowed
-from five_actors.surgery.verify import project_masks, project_obs
 
 log = structlog.get_logger("five_actors.game_actor")
 
@@ -144,10 +160,14 @@ class GameActor(Actor):
         # Each game actor plays its own games: its seed comes from the run's and its path.
         seed = self.seed if self.seed is not None else (training.seed + zlib.crc32(self.ref.path.encode())) % 2**31
         self.lane = config.env.is_lane
-        self.game = await asyncio.to_thread(make_env, config.env, config.game, training.games_per_actor, seed)  # may compile numba kernels
+        self.game = await asyncio.to_thread(
+            make_env, config.env, config.game, training.games_per_actor, seed
+        )  # may compile numba kernels
         self.spec = ModelSpec.build(self.game.obs_spec, self.game.action_spec, config.model)
         self.arch = self.spec.hash
-        seconds_per_step = 1.0 / config.game.steps_per_second if self.lane else float(getattr(self.game, "seconds_per_step"))
+        seconds_per_step = (
+            1.0 / config.game.steps_per_second if self.lane else float(getattr(self.game, "seconds_per_step"))
+        )
         self.gamma = config.ppo.gamma(seconds_per_step)
         self.lam = config.ppo.gae_lambda
         self.rng = np.random.default_rng(seed)
@@ -195,11 +215,23 @@ class GameActor(Actor):
             game = self.game  # rebuilt by a surgery to another game version
             step = await asyncio.to_thread(game.step, actions) if self.batch_steps == 0 else game.step(actions)
             rewards = await self._bootstrapped(step, reply, model_masks)
-            self.buffer.append(StepRecord(
-                model_obs, model_masks, h, c, actions, np.asarray(reply.logp), np.asarray(reply.value),
-                rewards, step.dones, starts, np.asarray(reply.versions), latest,
-                {k.removeprefix("reward/"): v for k, v in step.infos.items() if k.startswith("reward/")},
-            ))  # fmt: skip
+            self.buffer.append(
+                StepRecord(
+                    model_obs,
+                    model_masks,
+                    h,
+                    c,
+                    actions,
+                    np.asarray(reply.logp),
+                    np.asarray(reply.value),
+                    rewards,
+                    step.dones,
+                    starts,
+                    np.asarray(reply.versions),
+                    latest,
+                    {k.removeprefix("reward/"): v for k, v in step.infos.items() if k.startswith("reward/")},
+                )
+            )
             self.batch_steps += 1
             self.env_steps += game.num_games
             self._add_rewards(step.infos, latest)
@@ -212,13 +244,20 @@ class GameActor(Actor):
                 await self._game_over(g, step.infos.get("win"))
             await self._ship_ready()
 
+    @property
+    def lane_game(self) -> LaneGame:
+        """The game stepped, where it is the lane game (`self.lane`)."""
+        assert isinstance(self.game, LaneGame)
+        return self.game
+
     def _row_versions(self) -> np.ndarray:
         if not self.lane:
             return np.full(self.game.num_rows, LATEST, np.int64)
         return row_versions(self.opponents, self.past_team, self.game.agents_per_team)
 
     async def _pick_opponent(self, game: int) -> None:
-        """Decide at a game's start whether team 1 plays a past version (asked of the ParamServer); never in a single-agent env."""
+        """Decide at a game's start whether team 1 plays a past version (asked of the ParamServer); never in a
+        single-agent env."""
         self.opponents[game] = LATEST
         if not self.lane or self.rng.random() >= self.training.past_opponent_share:
             return
@@ -258,20 +297,26 @@ class GameActor(Actor):
         if not len(cut):
             return step.rewards
         self.episodes_truncated += len(cut)
-        state = [np.asarray(x)[cut] for x in (reply.h, reply.c)]
+        h, c = np.asarray(reply.h)[cut], np.asarray(reply.c)[cut]
         final = step.infos["final_obs"][cut]
         if self.spec.obs != self.game.obs_spec:
             final = project_obs(final, self.game.obs_spec, self.spec.obs)
         try:
-            value = await self._infer(final, {k: v[cut] for k, v in masks.items()}, *state, self._row_versions()[cut])
+            value = await self._infer(final, {k: v[cut] for k, v in masks.items()}, h, c, self._row_versions()[cut])
         except _ArchChanged:
             return step.rewards  # the next step switches architecture; these few rows count as ended
         rewards = step.rewards.copy()
         rewards[cut] += np.float32(self.gamma) * np.asarray(value.value, np.float32)
         return rewards
 
-    async def _infer(self, obs: np.ndarray, masks: dict[str, np.ndarray], h: np.ndarray, c: np.ndarray,
-                     versions: np.ndarray | None = None) -> InferReply:
+    async def _infer(
+        self,
+        obs: np.ndarray,
+        masks: dict[str, np.ndarray],
+        h: np.ndarray,
+        c: np.ndarray,
+        versions: np.ndarray | None = None,
+    ) -> InferReply:
         """Ask for the actions of every row (or of the rows `versions` names), retrying through inference restarts
         (each failure is a lost step)."""
         delay = 0.05
@@ -286,12 +331,12 @@ class GameActor(Actor):
             except RemoteError as exc:
                 self.infer_refused += 1
                 self.log.warning("infer_refused", inference=address, error=str(exc))
-                if "InferRequest for arch" in exc.message:  # the inference actor holds another architecture
+                if exc.is_a(ArchMismatch):  # the inference actor holds another architecture
                     spec = await self._latest_spec()
                     if spec is not None and spec.hash != self.arch:
                         raise _ArchChanged(spec) from None
                 # A past version the inference actor cannot load: play those games against the latest.
-                if "version" in exc.message and np.any(self.opponents != LATEST):
+                if exc.is_a(VersionUnavailable) and np.any(self.opponents != LATEST):
                     self.opponents[:] = LATEST
             else:
                 if not isinstance(reply, InferReply) or np.shape(reply.actions)[0] != obs.shape[0]:
@@ -308,14 +353,15 @@ class GameActor(Actor):
         self.announced_arch = msg.arch if msg.arch != self.arch else None
         self.latest_version = max(self.latest_version, msg.version)
         if self.lane:
-            self.game.follow_version(self.latest_version)
+            self.lane_game.follow_version(self.latest_version)
         anneal = {str(k): float(v) for k, v in dict(msg.anneal).items()}
         if anneal != self.anneal:
             self.log.info("anneal_shares", version=msg.version, shares=anneal)
         self.anneal = anneal
 
     def _at_chunk_boundary(self) -> bool:
-        """Every buffered step ships in whole chunks, each with a step after it for the bootstrap value (or none is buffered)."""
+        """Every buffered step ships in whole chunks, each with a step after it for the bootstrap value (or none is
+        buffered)."""
         return not self.buffer or (len(self.buffer) - 1) % self.training.rollout_chunk_steps == 0
 
     async def _latest_spec(self) -> ModelSpec | None:
@@ -332,10 +378,10 @@ class GameActor(Actor):
         with the anneal shares applied."""
         game_of_row = np.arange(self.game.num_rows) // self.per_game
         num_games = self.game.num_games
-        if self.lane and GAME_VERSION in self.anneal and self.game.version > 1:
+        if self.lane and GAME_VERSION in self.anneal and self.lane_game.version > 1:
             outside = np.flatnonzero(game_of_row >= games_allowed(self.anneal[GAME_VERSION], num_games))
-            version = self.game.version
-            older = (obs_spec(version - 1, self.game.config), action_spec(version - 1, self.game.config))
+            version, config = self.lane_game.version, self.lane_game.config
+            older = (obs_spec(version - 1, config), action_spec(version - 1, config))
             obs, masks = apply_game_version(obs, masks, outside, (self.game.obs_spec, self.game.action_spec), older)
         if self.spec.obs != self.game.obs_spec:
             obs = project_obs(obs, self.game.obs_spec, self.spec.obs)
@@ -351,17 +397,30 @@ class GameActor(Actor):
         types = self.spec.actions.types
         for name in self.anneal:
             if name in types:
-                self.annealed_taken[name] = self.annealed_taken.get(name, 0) + int((actions[:, 0] == types.index(name)).sum())
+                self.annealed_taken[name] = self.annealed_taken.get(name, 0) + int(
+                    (actions[:, 0] == types.index(name)).sum()
+                )
 
-    async def _switch_arch(self, spec: ModelSpec, obs: np.ndarray, masks: dict[str, np.ndarray], h: np.ndarray, c: np.ndarray, starts: np.ndarray) -> tuple[Any, ...]:
+    async def _switch_arch(
+        self,
+        spec: ModelSpec,
+        obs: np.ndarray,
+        masks: dict[str, np.ndarray],
+        h: np.ndarray,
+        c: np.ndarray,
+        starts: np.ndarray,
+    ) -> tuple[Any, ...]:
         """Play on with the new architecture: the whole chunks buffered ship under the old one, the steps left
         are dropped; new LSTM units start at 0; a new game version restarts the games in a rebuilt lane game."""
         await self._flush()
         old, self.spec, self.arch = self.arch, spec, spec.hash
         self.arch_switches += 1
-        if self.lane and spec.obs.version != self.game.config.version:
-            self.game = await asyncio.to_thread(LaneGame, dataclasses.replace(self.game.config, version=spec.obs.version))
-            self.game.follow_version(self.latest_version)
+        if self.lane and spec.obs.version != self.lane_game.config.version:
+            game = await asyncio.to_thread(
+                LaneGame, dataclasses.replace(self.lane_game.config, version=spec.obs.version)
+            )
+            game.follow_version(self.latest_version)
+            self.game = game
             obs, masks = await asyncio.to_thread(self.game.reset, self.seed)
             h = np.zeros((self.game.num_rows, spec.lstm_size), np.float32)
             c = np.zeros_like(h)
@@ -369,8 +428,14 @@ class GameActor(Actor):
         else:
             width = spec.lstm_size - h.shape[1]
             h, c = (np.pad(x, ((0, 0), (0, width))) for x in (h, c))
-        self.log.info("game_arch_switched", arch_from=old, arch_to=self.arch, game_version=spec.obs.version,
-                      lstm_size=spec.lstm_size, steps_dropped=self.steps_dropped_arch)  # fmt: skip
+        self.log.info(
+            "game_arch_switched",
+            arch_from=old,
+            arch_to=self.arch,
+            game_version=spec.obs.version,
+            lstm_size=spec.lstm_size,
+            steps_dropped=self.steps_dropped_arch,
+        )
         return obs, masks, h, c, starts
 
     def _add_returns(self, step: Step) -> None:
@@ -404,7 +469,8 @@ class GameActor(Actor):
         self.buffer.clear()
 
     async def _ship_oldest(self, window: int) -> None:
-        """Ship the oldest chunk with GAE over it and `window` more steps, bootstrapped from the value of the step after."""
+        """Ship the oldest chunk with GAE over it and `window` more steps, bootstrapped from the value of the step
+        after."""
         steps = self.training.rollout_chunk_steps
         chunk, span, bootstrap = self.buffer[:steps], self.buffer[: steps + window], self.buffer[steps + window]
         del self.buffer[:steps]
@@ -415,7 +481,13 @@ class GameActor(Actor):
             return
         self.chunks_made += len(rows)
         rollout = build_rollout(chunk, span, bootstrap, rows, self.gamma, self.lam, self.ref.address, self.arch)
-        self.log.info("rollout_chunk", chunks=len(rows), steps=len(chunk), version=int(chunk[0].versions[rows].min()), **chunk_rewards(chunk, rows))
+        self.log.info(
+            "rollout_chunk",
+            chunks=len(rows),
+            steps=len(chunk),
+            version=int(chunk[0].versions[rows].min()),
+            **chunk_rewards(chunk, rows),
+        )
         await self._send(rollout)
 
     async def _send(self, rollout: Rollout) -> None:
@@ -444,7 +516,7 @@ class GameActor(Actor):
         loop = asyncio.get_running_loop()
         while True:
             gone: asyncio.Future[str] = loop.create_future()
-            unwatch = self.system.watch_address(address, lambda reason, f=gone: f.done() or f.set_result(reason))
+            unwatch = self.system.watch_address(address, functools.partial(resolve_once, gone))
             try:
                 # asyncio.wait, not a timeout around `await gone`: that would cancel the future.
                 await asyncio.wait([gone], timeout=LEARNER_GRACE_S)
@@ -496,7 +568,7 @@ class GameActor(Actor):
             "mean_return": float(np.mean(self.returns)) if self.returns else None,
             "returns_kept": len(self.returns),
             "rewards": dict(self.reward_totals),
-            "team_spirit": self.game.team_spirit if hasattr(self, "game") and self.lane else None,
+            "team_spirit": self.lane_game.team_spirit if hasattr(self, "game") and self.lane else None,
             "anneal": dict(self.anneal),
             "annealed_taken": dict(self.annealed_taken),
         }

@@ -17,7 +17,9 @@ from five_actors.actors.ratings import wilson_interval
 from five_actors.logreplay import LogFilter, find_log_dir, read_merged
 
 
-def eval_history(run_dir: Path, started: float | None = None, env_steps_at: Callable[[float], int | None] | None = None) -> list[dict[str, Any]]:
+def eval_history(
+    run_dir: Path, started: float | None = None, env_steps_at: Callable[[float], int | None] | None = None
+) -> list[dict[str, Any]]:
     """The rounds in time order. `started` (UNIX time) is minute 0, by default the first
     training_progress event; `env_steps_at(ts)` overrides the env steps read from the logs."""
     rounds: dict[int, dict[str, Any]] = {}
@@ -44,18 +46,20 @@ def eval_history(run_dir: Path, started: float | None = None, env_steps_at: Call
         row = rounds[number]
         scripted, random = row.get("scripted"), row.get("random")
         past = [r for name, r in row.items() if name.startswith("v") and isinstance(r, dict)]
-        table.append({
-            "round": number,
-            "minutes": round((row["ts"] - origin) / 60.0, 2),
-            "env_steps": (env_steps_at or logged_steps)(row["ts"]),
-            "version": row["version"],
-            "win_rate_scripted": None if scripted is None else scripted["win_rate"],
-            "ci_scripted": None if scripted is None else [scripted["ci_low"], scripted["ci_high"]],
-            "win_rate_random": None if random is None else random["win_rate"],
-            "ci_random": None if random is None else [random["ci_low"], random["ci_high"]],
-            **_pooled_past(past),
-            "trueskill": row["trueskill"],
-        })  # fmt: skip
+        table.append(
+            {
+                "round": number,
+                "minutes": round((row["ts"] - origin) / 60.0, 2),
+                "env_steps": (env_steps_at or logged_steps)(row["ts"]),
+                "version": row["version"],
+                "win_rate_scripted": None if scripted is None else scripted["win_rate"],
+                "ci_scripted": None if scripted is None else [scripted["ci_low"], scripted["ci_high"]],
+                "win_rate_random": None if random is None else random["win_rate"],
+                "ci_random": None if random is None else [random["ci_low"], random["ci_high"]],
+                **_pooled_past(past),
+                "trueskill": row["trueskill"],
+            }
+        )
     return table
 
 
@@ -71,12 +75,22 @@ def _pooled_past(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def history_text(rows: list[dict[str, Any]]) -> str:
     """The rows as an aligned text table ('-' where a figure is unknown)."""
-    header = f"{'min':>7} {'env steps':>11} {'version':>8} {'vs scripted [95% CI]':>22} {'vs random':>10} {'vs past':>8} {'TrueSkill':>10}"
+    header = (
+        f"{'min':>7} {'env steps':>11} {'version':>8} {'vs scripted [95% CI]':>22} {'vs random':>10} "
+        f"{'vs past':>8} {'TrueSkill':>10}"
+    )
     lines = [header]
     for row in rows:
         steps = "-" if row["env_steps"] is None else f"{row['env_steps']:,}"
-        scripted = "-" if row["win_rate_scripted"] is None else f"{row['win_rate_scripted']:.2f} [{row['ci_scripted'][0]:.2f}, {row['ci_scripted'][1]:.2f}]"
+        scripted = (
+            "-"
+            if row["win_rate_scripted"] is None
+            else f"{row['win_rate_scripted']:.2f} [{row['ci_scripted'][0]:.2f}, {row['ci_scripted'][1]:.2f}]"
+        )
         random = "-" if row["win_rate_random"] is None else f"{row['win_rate_random']:.2f}"
         past = "-" if row.get("win_rate_past") is None else f"{row['win_rate_past']:.2f}"
-        lines.append(f"{row['minutes']:>7.1f} {steps:>11} {row['version']:>8} {scripted:>22} {random:>10} {past:>8} {row['trueskill']:>10.2f}")
+        lines.append(
+            f"{row['minutes']:>7.1f} {steps:>11} {row['version']:>8} {scripted:>22} {random:>10} {past:>8} "
+            f"{row['trueskill']:>10.2f}"
+        )
     return "\n".join(lines) + "\n"

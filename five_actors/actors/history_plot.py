@@ -21,7 +21,8 @@ OPPONENTS = (("scripted", "-", "scripted bot"), ("random", "--", "random bot"), 
 
 
 def plot_history(runs: dict[str, list[dict[str, Any]]], png: Path, title: str = "") -> Path:
-    """Draw `runs` (name -> eval history rows) to `png` and the same as an HTML page beside it; returns the page's path."""
+    """Draw `runs` (name -> eval history rows) to `png` and the same as an HTML page beside it; returns the page's
+    path."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -39,12 +40,24 @@ def plot_history(runs: dict[str, list[dict[str, Any]]], png: Path, title: str = 
                 if all(y is None for y in ys):
                     continue
                 kept = [(x, y, r.get(f"ci_{key}")) for x, y, r in zip(xs, ys, points) if y is not None]
-                axes[0, column].plot([k[0] for k in kept], [k[1] for k in kept], style, color=colour, marker=".",
-                                     label=f"{name} vs {label}")  # fmt: skip
-                bands = [k for k in kept if k[2]]
+                axes[0, column].plot(
+                    [k[0] for k in kept],
+                    [k[1] for k in kept],
+                    style,
+                    color=colour,
+                    marker=".",
+                    label=f"{name} vs {label}",
+                )
+                bands = [(x, ci) for x, _, ci in kept if ci]
                 if key == "scripted" and bands:
-                    axes[0, column].fill_between([k[0] for k in bands], [k[2][0] for k in bands], [k[2][1] for k in bands],
-                                                 color=colour, alpha=0.12, linewidth=0)  # fmt: skip
+                    axes[0, column].fill_between(
+                        [x for x, _ in bands],
+                        [ci[0] for _, ci in bands],
+                        [ci[1] for _, ci in bands],
+                        color=colour,
+                        alpha=0.12,
+                        linewidth=0,
+                    )
             axes[1, column].plot(xs, [r["trueskill"] for r in points], "-", color=colour, marker=".", label=name)
     for column, x_label in enumerate(("minutes", "env steps")):
         axes[0, column].set_ylim(-0.02, 1.02)
@@ -69,9 +82,13 @@ def plot_history(runs: dict[str, list[dict[str, Any]]], png: Path, title: str = 
 
 
 def _page(runs: dict[str, list[dict[str, Any]]], image: bytes, title: str) -> str:
-    tables = "".join(f"<h2>{html.escape(name)}</h2><pre>{html.escape(history_text(rows))}</pre>" for name, rows in runs.items())
+    tables = "".join(
+        f"<h2>{html.escape(name)}</h2><pre>{html.escape(history_text(rows))}</pre>" for name, rows in runs.items()
+    )
     data = base64.b64encode(image).decode()
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
-            f"<body style='font-family: sans-serif'><h1>{html.escape(title)}</h1>"
-            f"<img alt='win rates and TrueSkill against minutes and env steps' src='data:image/png;base64,{data}'>"
-            f"{tables}</body></html>\n")  # fmt: skip
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
+        f"<body style='font-family: sans-serif'><h1>{html.escape(title)}</h1>"
+        f"<img alt='win rates and TrueSkill against minutes and env steps' src='data:image/png;base64,{data}'>"
+        f"{tables}</body></html>\n"
+    )

@@ -17,6 +17,7 @@ plays that policy): game actors finish the chunk in progress before they switch.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
@@ -26,12 +27,19 @@ import numpy as np
 import structlog
 import torch
 
-from five_actors.actors.params import load_state
 from five_actors.actors.messages import (
-    GetParams, GetStats, InferReply, InferRequest, Params, ParamsAvailable, Subscribe,
+    GetParams,
+    GetStats,
+    InferReply,
+    InferRequest,
+    Params,
+    ParamsAvailable,
+    Subscribe,
 )
+from five_actors.actors.params import load_state
+from five_actors.actors.subscription import resolve_once
 from five_actors.config import Config
-from five_actors.errors import FiveActorsError, ModelError
+from five_actors.errors import ArchMismatch, FiveActorsError, ModelError, VersionUnavailable
 from five_actors.model.policy import Policy
 from five_actors.model.spec import ModelSpec
 from five_actors.runtime.actor import Actor
@@ -58,7 +66,10 @@ def actor_config(actor: Actor, config: Config | None) -> Config:
     context = getattr(actor, "context", None)
     found = getattr(context, "config", None)
     if not isinstance(found, Config):
-        raise ModelError(f"{type(actor).__name__} has no config: pass config=, or start it under a supervisor whose context carries one")
+        raise ModelError(
+            f"{type(actor).__name__} has no config: pass config=, or start it under a supervisor whose context carries "
+            "one"
+        )
     return found
 
 
@@ -66,7 +77,9 @@ def policy_from_params(params: Params, device: str) -> Policy:
     """A Policy in eval mode on `device` holding `params`; ModelError/TrainingError when they do not fit."""
     spec = ModelSpec.from_dict(dict(params.spec))
     if spec.hash != params.arch:
-        raise ModelError(f"params version {params.version} claim arch {params.arch} but their spec hashes to {spec.hash}")
+        raise ModelError(
+            f"params version {params.version} claim arch {params.arch} but their spec hashes to {spec.hash}"
+        )
     policy = Policy(spec)
     load_state(policy, dict(params.state))
     return policy.to(device).eval()
@@ -159,7 +172,7 @@ class InferenceActor(Actor):
                 continue
             delay = 0.2
             gone: asyncio.Future[str] = loop.create_future()
-            unwatch = self.system.watch_address(self.params_address, lambda reason: gone.done() or gone.set_result(reason))
+            unwatch = self.system.watch_address(self.params_address, functools.partial(resolve_once, gone))
             try:
                 reason = await gone
             finally:
@@ -262,7 +275,10 @@ class InferenceActor(Actor):
         if self.replaced is not None and msg.arch == self.replaced.arch:
             spec = self.replaced.policy.spec
         elif msg.arch != self.arch:
-            raise ModelError(f"InferRequest for arch {msg.arch!r}, but this inference actor holds arch {self.arch!r} (version {self.version})")
+            raise ArchMismatch(
+                f"InferRequest for arch {msg.arch!r}, but this inference actor holds arch {self.arch!r} (version "
+                f"{self.version})"
+            )
         obs = msg.obs
         if not isinstance(obs, np.ndarray) or obs.ndim != 2 or obs.shape[1] != spec.obs.size or obs.dtype != np.float32:
             raise ModelError(f"InferRequest obs must be float32 [rows, {spec.obs.size}], got {_describe(obs)}")
@@ -273,10 +289,14 @@ class InferenceActor(Actor):
             value = getattr(msg, name)
             if not isinstance(value, np.ndarray) or value.shape != (rows, lstm) or value.dtype != np.float32:
                 raise ModelError(f"InferRequest {name} must be float32 [{rows}, {lstm}], got {_describe(value)}")
-        if not isinstance(msg.versions, np.ndarray) or msg.versions.shape != (rows,) or not np.issubdtype(msg.versions.dtype, np.integer):
+        if (
+            not isinstance(msg.versions, np.ndarray)
+            or msg.versions.shape != (rows,)
+            or not np.issubdtype(msg.versions.dtype, np.integer)
+        ):
             raise ModelError(f"InferRequest versions must be int64 [{rows}], got {_describe(msg.versions)}")
         actions = spec.actions
-        expected = {"type": (rows, len(actions.types))}
+        expected: dict[str, tuple[int, ...]] = {"type": (rows, len(actions.types))}
         expected.update({h.name: (rows, len(actions.types), h.size) for h in actions.heads})
         if not isinstance(msg.masks, dict) or set(msg.masks) != set(expected):
             keys = sorted(msg.masks) if isinstance(msg.masks, dict) else type(msg.masks).__name__
@@ -316,7 +336,9 @@ class InferenceActor(Actor):
         """Whole requests from the head of the queue, up to the batch size (at least one)."""
         batch: list[_Pending] = []
         rows = 0
-        while self.pending and (not batch or rows + _rows(self.pending[0].request) <= self.training.inference_batch_rows):
+        while self.pending and (
+            not batch or rows + _rows(self.pending[0].request) <= self.training.inference_batch_rows
+        ):
             item = self.pending.popleft()
             n = _rows(item.request)
             rows += n
@@ -378,13 +400,14 @@ class InferenceActor(Actor):
         for item in live:
             n = len(item.request.versions)
             if not item.reply.done():
-                item.reply.set_result(InferReply(*(part[start : start + n] for part in result), arch=arch))
+                actions, logp, value, h, c, versions = (part[start : start + n] for part in result)
+                item.reply.set_result(InferReply(actions, logp, value, h, c, versions, arch))
                 self.latencies.append(now - item.arrived)
             start += n
 
     def _fail_rows_of(self, live: list[_Pending], version: int, exc: FiveActorsError) -> list[_Pending]:
         """Refuse the requests with rows of a version that could not be loaded; keep the rest."""
-        error = ModelError(f"policy version {version} is not available: {exc}")
+        error = VersionUnavailable(f"policy version {version} is not available: {exc}")
         self.log.warning("infer_refused", version=version, error=str(exc))
         keep = []
         for item in live:

@@ -53,7 +53,14 @@ import torch.distributed as dist
 from five_actors.actors.buffer import ExperienceBuffer, Minibatch, check_rollout, convert_rollout, to_chunks
 from five_actors.actors.messages import GetParams, GetStats, Params, ParamsAvailable, PublishParams, Rollout
 from five_actors.actors.param_server import GetOptimizerState, OptimizerState, resolve_settings
-from five_actors.actors.params import initial_policy, load_optimizer, load_state, model_spec, optimizer_arrays, state_arrays
+from five_actors.actors.params import (
+    initial_policy,
+    load_optimizer,
+    load_state,
+    model_spec,
+    optimizer_arrays,
+    state_arrays,
+)
 from five_actors.actors.subscription import keep_subscribed
 from five_actors.config import Config
 from five_actors.errors import ConfigError, FiveActorsError, ModelError, TrainingError
@@ -85,7 +92,9 @@ class _TorchThread:
     """
 
     def __init__(self, name: str) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any], asyncio.AbstractEventLoop] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[
+            tuple[Callable[[], Any], asyncio.Future[Any], asyncio.AbstractEventLoop] | None
+        ] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._thread.start()
 
@@ -181,7 +190,9 @@ class LearnerActor(Actor):
             # slow every step and stretch each allreduce to wait for the slowest rank.
             torch.set_num_threads(self.training.learner_torch_threads)
         self.rng = np.random.default_rng(self.training.seed + 7919 * (self.rank + 1))
-        self.buffer = ExperienceBuffer(self.training.buffer_chunks, self.training.rollout_chunk_steps, self.training.reuse_window_s)
+        self.buffer = ExperienceBuffer(
+            self.training.buffer_chunks, self.training.rollout_chunk_steps, self.training.reuse_window_s
+        )
         self.thread = _TorchThread(f"learner-{self.rank}")
         if self.world_size == 1:
             await self._prepare(config)
@@ -207,8 +218,14 @@ class LearnerActor(Actor):
         self.spec, self.arch = spec, spec.hash
         self.version, self.base_steps = start["version"], start["learner_steps"]
         await self.thread.run(lambda: self._build(spec, start))
-        self.log.info("learner_started", version=self.version, world_size=self.world_size, device=str(self.device),
-                      arch=self.arch, optimizer_restored=bool(start["optimizer"]))  # fmt: skip
+        self.log.info(
+            "learner_started",
+            version=self.version,
+            world_size=self.world_size,
+            device=str(self.device),
+            arch=self.arch,
+            optimizer_restored=bool(start["optimizer"]),
+        )
         if self.param_server:
             # A surgery, or a ParamServer restarted behind the group, announces itself through ParamsAvailable.
             self.spawn_task(keep_subscribed(self, self.param_server, self.log), "learner:subscribe")
@@ -234,7 +251,9 @@ class LearnerActor(Actor):
     async def _catch_up_server(self, server_version: int) -> None:
         """Publish the group's parameters and moments to a ParamServer behind it: the games would play its older
         version, too stale for the group to train on, and the group would never publish again."""
-        publish = await self.thread.run(lambda: (self.version, state_arrays(self.policy), optimizer_arrays(self.ppo.optimizer)))
+        publish = await self.thread.run(
+            lambda: (self.version, state_arrays(self.policy), optimizer_arrays(self.ppo.optimizer))
+        )
         self.log.warning("params_behind_learner", server_version=server_version, version=publish[0])
         await self._publish(publish)
 
@@ -246,16 +265,28 @@ class LearnerActor(Actor):
             start = await self.thread.run(lambda: _broadcast_object(start, self.device))
         assert start is not None
         spec, old = ModelSpec.from_dict(start["spec"]), self.arch
-        if self._announced is announced or (self._announced is not None and self._announced.version <= start["version"]):
+        if self._announced is announced or (
+            self._announced is not None and self._announced.version <= start["version"]
+        ):
             # What was announced is in `start`, or the server's latest does not back it (a bogus announcement would
-            # otherwise make the group switch every round): only an announcement heard meanwhile waits for the next round.
+            # otherwise make the group switch every round): only an announcement heard meanwhile waits for the next
+            # round.
             if announced is not None and spec.hash != announced.arch:
-                self.log.warning("announcement_unconfirmed", arch=announced.arch, version=announced.version, server_arch=spec.hash)
+                self.log.warning(
+                    "announcement_unconfirmed", arch=announced.arch, version=announced.version, server_arch=spec.hash
+                )
             self._announced = None
         if spec.hash != old:  # else a late announcement of what the group runs already
             converted, dropped = await self.thread.run(lambda: self._adopt(spec, start))
-            self.log.info("learner_arch_adopted", arch_from=old, arch_to=self.arch, version=self.version,
-                          optimizer_restored=bool(start["optimizer"]), chunks_converted=converted, chunks_dropped=dropped)  # fmt: skip
+            self.log.info(
+                "learner_arch_adopted",
+                arch_from=old,
+                arch_to=self.arch,
+                version=self.version,
+                optimizer_restored=bool(start["optimizer"]),
+                chunks_converted=converted,
+                chunks_dropped=dropped,
+            )
         await self._release_held()
 
     def _build(self, spec: ModelSpec, start: dict[str, Any]) -> None:
@@ -272,6 +303,7 @@ class LearnerActor(Actor):
         Returns (chunks converted, unused chunks dropped) of the old architecture's buffer."""
         self._build(spec, start)
         old = self.spec
+        assert old is not None  # a group switches only from a built policy
         self.spec, self.arch, self.previous_spec = spec, spec.hash, old
         self.hold_until = self.steps + self.training.surgery_lr_hold_steps
         self.version, self.base_steps = start["version"], start["learner_steps"] - self.steps
@@ -281,20 +313,32 @@ class LearnerActor(Actor):
         host = self._master[0] or self.training.rendezvous_host
         port = self._master[1] or self.training.rendezvous_port
         if not port:
-            raise ConfigError("training.rendezvous_port: a learner world of more than one needs a rendezvous port (0 given)")
+            raise ConfigError(
+                "training.rendezvous_port: a learner world of more than one needs a rendezvous port (0 given)"
+            )
         backend = "nccl" if self.device.type == "cuda" else "gloo"
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device.index or 0)  # NCCL uses the current device
-        dist.init_process_group(backend, init_method=f"tcp://{host}:{port}", rank=self.rank, world_size=self.world_size,
-                                timeout=timedelta(seconds=self.training.allreduce_timeout_s))  # fmt: skip
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://{host}:{port}",
+            rank=self.rank,
+            world_size=self.world_size,
+            timeout=timedelta(seconds=self.training.allreduce_timeout_s),
+        )
         self._grouped = True
 
     async def _starting_point(self, config: Config) -> dict[str, Any]:
         """Rank 0: the ParamServer's latest version (with the newest optimizer state it holds), else version 0."""
         if not self.param_server:
             spec = model_spec(config)
-            return {"spec": spec.to_dict(), "version": 0, "learner_steps": 0, "optimizer": None,
-                    "state": state_arrays(initial_policy(spec, self.training.seed))}  # fmt: skip
+            return {
+                "spec": spec.to_dict(),
+                "version": 0,
+                "learner_steps": 0,
+                "optimizer": None,
+                "state": state_arrays(initial_policy(spec, self.training.seed)),
+            }
         server = self.system.ref(self.param_server)
         deadline = time.monotonic() + PARAM_SERVER_WAIT_S
         while True:
@@ -312,8 +356,13 @@ class LearnerActor(Actor):
         matches = optimizer.version >= 0 and optimizer.arch == params.arch
         if matches and optimizer.version != params.version:
             self.log.info("optimizer_state_older", optimizer_version=optimizer.version, params_version=params.version)
-        return {"spec": params.spec, "version": params.version, "learner_steps": int(stats.get("learner_steps", 0)),
-                "state": params.state, "optimizer": optimizer.state if matches else None}  # fmt: skip
+        return {
+            "spec": params.spec,
+            "version": params.version,
+            "learner_steps": int(stats.get("learner_steps", 0)),
+            "state": params.state,
+            "optimizer": optimizer.state if matches else None,
+        }
 
     async def on_stop(self) -> None:
         if self._grouped:
@@ -354,7 +403,9 @@ class LearnerActor(Actor):
                 raise TrainingError(f"rollout of architecture {msg.arch!r} arrived during a switch to {self.arch!r}")
         except TrainingError as exc:
             self.buffer.refused(_rows(msg))
-            self.log.warning("rollout_refused", source=msg.source, reason=str(exc), refused=self.buffer.counters.refused)
+            self.log.warning(
+                "rollout_refused", source=msg.source, reason=str(exc), refused=self.buffer.counters.refused
+            )
             return
         self.buffer.add(msg, batch, converted)
 
@@ -364,7 +415,9 @@ class LearnerActor(Actor):
         while sum(_rows(m) for m in self._pending) > self.training.buffer_chunks:
             early = self._pending.pop(0)
             self.buffer.refused(_rows(early))
-            reason = "the learner is still joining its group or switching architecture, and holds a buffer's worth already"
+            reason = (
+                "the learner is still joining its group or switching architecture, and holds a buffer's worth already"
+            )
             self.log.warning("rollout_refused", source=early.source, reason=reason)
 
     # -- training -------------------------------------------------------------------------
@@ -389,12 +442,15 @@ class LearnerActor(Actor):
                 await self._publish(result["publish"])
 
     def _round(self) -> dict[str, Any] | None:
-        """One lockstep round on the torch thread: None when not every rank was ready, or what the group does instead."""
+        """One lockstep round on the torch thread: None when not every rank was ready, or what the group does
+        instead."""
         t = self.training
         ready = self.buffer.ready(t.minibatch_chunks, self.version, t.max_staleness, t.max_sample_reuse)
         switch = self._announced is not None
         if self.world_size > 1:
-            flags = torch.tensor([float(ready), 1.0, -float(switch)], device=self.device)  # [ready, staying, -switching]
+            flags = torch.tensor(
+                [float(ready), 1.0, -float(switch)], device=self.device
+            )  # [ready, staying, -switching]
             dist.all_reduce(flags, op=dist.ReduceOp.MIN)
             if flags[1].item() < 1.0:
                 self._leave_group()
@@ -418,7 +474,11 @@ class LearnerActor(Actor):
             self.version += 1
             if self.rank == 0:
                 with_optimizer = self.version % t.checkpoint_every == 0
-                result["publish"] = (self.version, state_arrays(self.policy), optimizer_arrays(self.ppo.optimizer) if with_optimizer else None)
+                result["publish"] = (
+                    self.version,
+                    state_arrays(self.policy),
+                    optimizer_arrays(self.ppo.optimizer) if with_optimizer else None,
+                )
         return result
 
     def _step(self, minibatch: Minibatch) -> dict[str, float]:
@@ -436,31 +496,36 @@ class LearnerActor(Actor):
             self.skipped += 1
             self.log.warning("update_skipped", reason=str(exc), step=self.steps + 1)
             stats = {}
-        stats.update(learning_rate=self.ppo.learning_rate, entropy_coef=self.ppo.entropy_coef, allreduce_ms=self.allreduce_ms)
+        stats.update(
+            learning_rate=self.ppo.learning_rate, entropy_coef=self.ppo.entropy_coef, allreduce_ms=self.allreduce_ms
+        )
         if self.rank == 0 and fresh.any():
             self.policy.update_normalizer(batch.obs[:, fresh])
         self._broadcast_buffers()
         return stats
 
     def _average_gradients(self, finite: bool) -> bool:
-        """Replace each gradient by its mean over the ranks (PPO.step's hook); False when some rank's loss was not finite."""
+        """Replace each gradient by its mean over the ranks (PPO.step's hook); False when some rank's loss was not
+        finite."""
         if self.world_size == 1:
             return finite
         started = time.perf_counter()
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        for p in params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        flat = torch.cat([p.grad.reshape(-1) for p in params] + [torch.ones(1, device=self.device) * float(finite)])
+        grads: list[torch.Tensor] = []
+        for p in self.policy.parameters():
+            if p.requires_grad:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                grads.append(p.grad)
+        flat = torch.cat([g.reshape(-1) for g in grads] + [torch.ones(1, device=self.device) * float(finite)])
         dist.all_reduce(flat)
         self.allreduce_ms = (time.perf_counter() - started) * 1e3
         if flat[-1].item() < self.world_size:
             return False
         flat /= self.world_size
         offset = 0
-        for p in params:
-            p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
-            offset += p.numel()
+        for g in grads:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()
         return True
 
     def _broadcast_buffers(self) -> None:
@@ -490,7 +555,9 @@ class LearnerActor(Actor):
     def _buffer_stats(self) -> dict[str, Any]:
         """The experience buffer's reuse, throughput and chunk accounting."""
         accounting = self.buffer.accounting()
-        accounting["chunks_waiting"] += sum(_rows(m) for m in self._pending)  # held until the group forms or switches: waiting too
+        accounting["chunks_waiting"] += sum(
+            _rows(m) for m in self._pending
+        )  # held until the group forms or switches: waiting too
         return {
             "sample_reuse": round(self.buffer.reuse(), 4),
             "samples_per_s": round(self.buffer.consumed_per_s(), 1),
@@ -508,7 +575,10 @@ class LearnerActor(Actor):
         try:
             if optimizer is not None:
                 await server.tell(OptimizerState(version, self.arch, optimizer), sender=self.ref)
-            await server.tell(PublishParams(version, self.arch, self.spec.to_dict(), state, self.base_steps + self.steps), sender=self.ref)
+            await server.tell(
+                PublishParams(version, self.arch, self.spec.to_dict(), state, self.base_steps + self.steps),
+                sender=self.ref,
+            )
         except FiveActorsError as exc:
             # The ParamServer is restarting: this version is lost, the next one carries the training on.
             self.log.warning("publish_failed", version=version, reason=str(exc))
@@ -536,8 +606,10 @@ class LearnerActor(Actor):
 
     def status(self) -> dict[str, Any]:
         stats = self.stats()
-        return {"progress": {"steps": stats["steps"], "version": stats.get("version", 0), "arch": stats.get("arch")},
-                "metrics": {k: v for k, v in stats.items() if isinstance(v, (int, float)) and k != "rank"}}  # fmt: skip
+        return {
+            "progress": {"steps": stats["steps"], "version": stats.get("version", 0), "arch": stats.get("arch")},
+            "metrics": {k: v for k, v in stats.items() if isinstance(v, (int, float)) and k != "rank"},
+        }
 
 
 def _rows(msg: Rollout) -> int:
@@ -551,4 +623,3 @@ def _broadcast_object(value: dict[str, Any] | None, device: torch.device) -> dic
     dist.broadcast_object_list(box, src=0, device=device if device.type == "cuda" else None)
     assert box[0] is not None
     return box[0]
-

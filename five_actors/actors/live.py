@@ -1,6 +1,7 @@
 """The live line of a training run: what `five-actors up` prints every second.
 
-    42s | v 17 | env steps/s 1,530 | samples/s 2,048 | staleness 1.2 | reuse 1.31 | vs scripted 0.62 [0.31, 0.86] | TrueSkill 14.2 | 8/8 up | restarts 0
+    42s | v 17 | env steps/s 1,530 | samples/s 2,048 | staleness 1.2 | reuse 1.31 | vs scripted 0.62 [0.31, 0.86] |
+    TrueSkill 14.2 | 8/8 up | restarts 0
 
 It is built from the view of the tree (the actors' `status()`, as /actors shows it): the
 ParamServer's version, the GameActors' env steps (a rate over the last line), the learners'
@@ -9,7 +10,8 @@ scripted bot (95% Wilson interval) and TrueSkill (random = 0). In a single-agent
 environment the last two are the GameActors' mean return over their last 100 episodes and
 the EvalActor's mean return on held-out seeds (95% interval):
 
-    42s | v 17 | env steps/s 1,530 | samples/s 2,048 | staleness 1.2 | reuse 1.31 | return 187.4 | eval 201.3 [180.2, 222.4] | 5/5 up | restarts 0
+    42s | v 17 | env steps/s 1,530 | samples/s 2,048 | staleness 1.2 | reuse 1.31 | return 187.4 | eval 201.3 [180.2,
+    222.4] | 5/5 up | restarts 0
  Every `log_every_s` the same
 facts are logged as one `training_progress` event. A tree without training actors gets the
 supervisor's generic line.
@@ -73,7 +75,9 @@ class TrainingLine:
             "env_steps_per_s": round(env_rate, 1),
             "samples_per_s": round(sum(float(m.get("samples_per_s", 0.0)) for m in map(_metrics, learners)), 1),
             "staleness": round(sum(m["staleness_mean"] for m in trained) / len(trained), 3) if trained else None,
-            "reuse": round(sum(float(m.get("sample_reuse", 0.0)) for m in trained) / len(trained), 3) if trained else None,
+            "reuse": round(sum(float(m.get("sample_reuse", 0.0)) for m in trained) / len(trained), 3)
+            if trained
+            else None,
             "win_rate_scripted": None,
             "trueskill": None,
             "mean_return": round(sum(returns) / len(returns), 3) if returns else None,
@@ -83,9 +87,15 @@ class TrainingLine:
             last = (evals[0].get("status") or {}).get("last") or {}
             scripted = (last.get("results") or {}).get("scripted")
             if "mean_return" in last:
-                facts.update(eval_return=last["mean_return"], eval_return_low=last["ci_low"], eval_return_high=last["ci_high"])
+                facts.update(
+                    eval_return=last["mean_return"], eval_return_low=last["ci_low"], eval_return_high=last["ci_high"]
+                )
             if scripted:
-                facts.update(win_rate_scripted=scripted["win_rate"], win_rate_low=scripted["ci_low"], win_rate_high=scripted["ci_high"])
+                facts.update(
+                    win_rate_scripted=scripted["win_rate"],
+                    win_rate_low=scripted["ci_low"],
+                    win_rate_high=scripted["ci_high"],
+                )
             facts["trueskill"] = last.get("trueskill")
             facts["eval_version"] = last.get("version")
         tree = [a for a in view["actors"] if not a["path"].startswith("/_")]

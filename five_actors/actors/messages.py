@@ -187,4 +187,3 @@ class Surgery:
     ops: list[str]
     dry_run: bool = False
     probe_steps: int = 128
-

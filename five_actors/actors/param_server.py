@@ -63,17 +63,18 @@ from five_actors.actors.params import Arrays, check_state, initial_policy, model
 from five_actors.actors.pool import OpponentPool
 from five_actors.actors.store import CheckpointStore, Saved
 from five_actors.config import Config
-from five_actors.errors import CheckpointError, FiveActorsError, SurgeryRejected, TrainingError
+from five_actors.errors import CheckpointError, FiveActorsError, SurgeryRejected, TrainingError, VersionUnavailable
 from five_actors.model.policy import Policy
 from five_actors.model.spec import ModelSpec
+from five_actors.runtime.actor import Actor, message
 from five_actors.surgery.anneal import GAME_VERSION, Annealing
 from five_actors.surgery.live import LiveResult, Operated, live_surgery, operate_past, prepare
-from five_actors.runtime.actor import Actor, message
 
 log = structlog.get_logger("five_actors.params")
 
 POOL_PASSES = 3
-"""Passes over the opponent pool before a surgery pauses training (each takes the versions that joined during the last)."""
+"""Passes over the opponent pool before a surgery pauses training (each takes the versions that joined during the
+last)."""
 
 NOTIFY_TIMEOUT_S = 2.0
 """A subscriber whose mailbox or link stays full this long misses one ParamsAvailable (the next one catches it up)."""
@@ -118,7 +119,15 @@ class ParamServerActor(Actor):
         self.versions: dict[int, Arrays] = {}
         self.optimizer: tuple[int, Arrays] | None = None
         self.subscribers: set[str] = set()
-        self.counts = {"published": 0, "refused": 0, "checkpoints": 0, "wins": 0, "draws": 0, "losses": 0, "notify_failures": 0}
+        self.counts = {
+            "published": 0,
+            "refused": 0,
+            "checkpoints": 0,
+            "wins": 0,
+            "draws": 0,
+            "losses": 0,
+            "notify_failures": 0,
+        }
         self.last_checkpoint = -1
         self.last_refusal: str | None = None
         self.pool = OpponentPool(eta=1.0)  # replaced in on_start by the configured pool
@@ -178,7 +187,11 @@ class ParamServerActor(Actor):
                     del self.pool.quality[member]
                     self.log.error("opponent_pool_member_lost", version=member, reason=str(exc))
         self.log.info(
-            "checkpoint_restored", version=saved.version, pool=len(self.pool), optimizer=saved.optimizer is not None, path=str(self.store.path(saved.version))
+            "checkpoint_restored",
+            version=saved.version,
+            pool=len(self.pool),
+            optimizer=saved.optimizer is not None,
+            path=str(self.store.path(saved.version)),
         )
 
     async def on_stop(self) -> None:
@@ -210,7 +223,9 @@ class ParamServerActor(Actor):
                 self.log.info("opponent_pool_evicted", version=evicted, pool=len(self.pool))
         await self._notify()
         # A pool member is always on disk, so that a resumed run still has every opponent it can hand out.
-        if self.store is not None and (joins_pool or msg.version - max(self.last_checkpoint, 0) >= self.training.checkpoint_every):
+        if self.store is not None and (
+            joins_pool or msg.version - max(self.last_checkpoint, 0) >= self.training.checkpoint_every
+        ):
             await self._checkpoint()
 
     def _check_publish(self, msg: PublishParams) -> None:
@@ -255,13 +270,17 @@ class ParamServerActor(Actor):
     async def _load_past(self, version: int) -> Arrays:
         kept = sorted(set(self.versions) | set(self.store.versions() if self.store else []))
         if self.store is None or version not in kept:
-            raise TrainingError(f"unknown parameter version {version}: the latest is {self.version}, kept versions are {kept[-20:]}")
+            raise VersionUnavailable(
+                f"unknown parameter version {version}: the latest is {self.version}, kept versions are {kept[-20:]}"
+            )
         try:
             saved = await asyncio.to_thread(self.store.load, version)
         except CheckpointError as exc:
-            raise TrainingError(f"parameter version {version} cannot be loaded: {exc}") from None
+            raise VersionUnavailable(f"parameter version {version} cannot be loaded: {exc}") from None
         if saved.spec.hash != self.arch:
-            raise TrainingError(f"parameter version {version} is of architecture {saved.spec.hash}, not {self.arch}")
+            raise VersionUnavailable(
+                f"parameter version {version} is of architecture {saved.spec.hash}, not {self.arch}"
+            )
         return saved.state
 
     # -- surgery --------------------------------------------------------------------------
@@ -273,14 +292,18 @@ class ParamServerActor(Actor):
         if self._surgery is not None:
             self._reject(words, "a surgery is already in flight; try again when it has finished")
         reply: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._surgery = self.spawn_task(self._operate(words, bool(msg.dry_run), int(msg.probe_steps), reply), "params:surgery")
+        self._surgery = self.spawn_task(
+            self._operate(words, bool(msg.dry_run), int(msg.probe_steps), reply), "params:surgery"
+        )
         return reply
 
     def _reject(self, words: list[str], reason: str) -> NoReturn:
         self.log.warning("surgery_rejected", operations=words, arch=self.arch, reason=reason)
         raise SurgeryRejected(reason)
 
-    async def _operate(self, words: list[str], dry_run: bool, probe_steps: int, reply: asyncio.Future[dict[str, Any]]) -> None:
+    async def _operate(
+        self, words: list[str], dry_run: bool, probe_steps: int, reply: asyncio.Future[dict[str, Any]]
+    ) -> None:
         try:
             spec, seed, started = self.spec, self.training.seed, time.perf_counter()
             try:
@@ -288,7 +311,11 @@ class ParamServerActor(Actor):
                 ops, probes = await asyncio.to_thread(prepare, words, spec, self.game, probe_steps, seed)
                 done: Operated = {}
                 for _ in range(POOL_PASSES):  # versions join the pool meanwhile: another pass takes them
-                    todo = {v: self.versions[v] for v in self.pool.versions if v in self.versions and v != self.version and v not in done}
+                    todo = {
+                        v: self.versions[v]
+                        for v in self.pool.versions
+                        if v in self.versions and v != self.version and v not in done
+                    }
                     if not todo:
                         break
                     done |= await asyncio.to_thread(operate_past, ops, probes, spec, todo, seed)
@@ -299,7 +326,9 @@ class ParamServerActor(Actor):
                     self._leave_pool_unoperated(done, latest)
                 versions = {v: self.versions[v] for v in {latest, *self.pool.versions} if v in self.versions}
                 optimizer = self.optimizer[1] if self.optimizer is not None else None
-                result = await asyncio.to_thread(live_surgery, ops, probes, spec, versions, latest, optimizer, seed, done)
+                result = await asyncio.to_thread(
+                    live_surgery, ops, probes, spec, versions, latest, optimizer, seed, done
+                )
             except SurgeryRejected as exc:
                 self._reject(words, str(exc))
             report = {**result.report, "dry_run": dry_run, "version_from": latest}
@@ -307,10 +336,21 @@ class ParamServerActor(Actor):
                 report["version_to"], announced = await self._adopt(latest, result)
                 report["pause_seconds"] = round(announced - paused, 3)
             report["seconds"] = round(time.perf_counter() - started, 3)
-            self.log.info("surgery", operations=words, dry_run=dry_run, spec_from=spec.to_dict(), spec_to=result.spec.to_dict(),
-                          arch_from=spec.hash, arch_to=result.spec.hash, version_from=latest, version_to=report.get("version_to"),
-                          changes=report["changes"], verification=report["verification"], seconds=report["seconds"],
-                          pause_seconds=report.get("pause_seconds"))  # fmt: skip
+            self.log.info(
+                "surgery",
+                operations=words,
+                dry_run=dry_run,
+                spec_from=spec.to_dict(),
+                spec_to=result.spec.to_dict(),
+                arch_from=spec.hash,
+                arch_to=result.spec.hash,
+                version_from=latest,
+                version_to=report.get("version_to"),
+                changes=report["changes"],
+                verification=report["verification"],
+                seconds=report["seconds"],
+                pause_seconds=report.get("pause_seconds"),
+            )
             reply.set_result(report)
         except FiveActorsError as exc:
             reply.set_exception(exc)
@@ -323,17 +363,26 @@ class ParamServerActor(Actor):
         for member in [v for v in self.pool.versions if v not in done and v != latest]:
             del self.pool.quality[member]
             self.versions.pop(member, None)
-            self.log.info("opponent_pool_evicted", version=member, pool=len(self.pool), reason="joined during a surgery, not operated")
+            self.log.info(
+                "opponent_pool_evicted",
+                version=member,
+                pool=len(self.pool),
+                reason="joined during a surgery, not operated",
+            )
 
     async def _adopt(self, latest: int, result: LiveResult) -> tuple[int, float]:
-        """Make the operated arrays the run's: version latest+1 of the new arch; subscribers told, then all checkpointed.
+        """Make the operated arrays the run's: version latest+1 of the new arch; subscribers told, then all
+        checkpointed.
 
         Returns the new version and when it was announced (time.perf_counter)."""
         policy = await asyncio.to_thread(Policy, result.spec)
         new_version = latest + 1
         self.spec, self.arch = result.spec, result.spec.hash
         self._template = template(policy)
-        self.versions = {**{v: a for v, a in result.versions.items() if v != latest or v in self.pool}, new_version: result.versions[latest]}
+        self.versions = {
+            **{v: a for v, a in result.versions.items() if v != latest or v in self.pool},
+            new_version: result.versions[latest],
+        }
         self.version = new_version
         self.optimizer = None if result.optimizer is None else (new_version, result.optimizer)
         self._swapping = False  # the architecture check refuses the old one's publishes from here
@@ -348,7 +397,14 @@ class ParamServerActor(Actor):
             await asyncio.to_thread(store.model_for, result.spec, policy)
             for member in self.pool.versions:  # a resumed run must find the pool in the new architecture
                 if member in self.versions:
-                    await asyncio.to_thread(store.save, member, result.spec, self.versions[member], None, {"learner_steps": self.learner_steps})
+                    await asyncio.to_thread(
+                        store.save,
+                        member,
+                        result.spec,
+                        self.versions[member],
+                        None,
+                        {"learner_steps": self.learner_steps},
+                    )
             await self._checkpoint()
         return new_version, announced
 
@@ -381,8 +437,15 @@ class ParamServerActor(Actor):
     async def on_eval_rating(self, msg: EvalRating) -> None:
         reverted = self.annealing.rating(int(msg.version), float(msg.trueskill))
         for anneal in reverted:
-            self.log.warning("surgery_reverted", change=anneal.name, version=msg.version, trueskill=msg.trueskill,
-                             baseline=anneal.baseline, surgery_version=anneal.start_version, reason=anneal.reverted)  # fmt: skip
+            self.log.warning(
+                "surgery_reverted",
+                change=anneal.name,
+                version=msg.version,
+                trueskill=msg.trueskill,
+                baseline=anneal.baseline,
+                surgery_version=anneal.start_version,
+                reason=anneal.reverted,
+            )
         if reverted:
             await self._notify()
 
@@ -407,16 +470,27 @@ class ParamServerActor(Actor):
         async with self._lock:
             version, state = self.version, self.versions[self.version]
             optimizer = self.optimizer[1] if self.optimizer is not None else None
-            counters = {"learner_steps": self.learner_steps, "optimizer_version": self.optimizer[0] if self.optimizer is not None else -1,
-                        **self.annealing.to_counters(version)}  # fmt: skip
+            counters = {
+                "learner_steps": self.learner_steps,
+                "optimizer_version": self.optimizer[0] if self.optimizer is not None else -1,
+                **self.annealing.to_counters(version),
+            }
             started = time.perf_counter()
             path = await asyncio.to_thread(self.store.save, version, self.spec, state, optimizer, counters)
-            await asyncio.to_thread(self.store.save_pool, {"latest": version, "arch": self.arch, "pool": self.pool.to_dict()})
+            await asyncio.to_thread(
+                self.store.save_pool, {"latest": version, "arch": self.arch, "pool": self.pool.to_dict()}
+            )
             pruned = await asyncio.to_thread(self.store.prune, self.training.keep_checkpoints, {0, *self.pool.versions})
             self.last_checkpoint = version
             self.counts["checkpoints"] += 1
-            self.log.info("checkpoint_saved", version=version, path=str(path), seconds=round(time.perf_counter() - started, 4),
-                          optimizer=optimizer is not None, pruned=pruned)  # fmt: skip
+            self.log.info(
+                "checkpoint_saved",
+                version=version,
+                path=str(path),
+                seconds=round(time.perf_counter() - started, 4),
+                optimizer=optimizer is not None,
+                pruned=pruned,
+            )
 
     # -- observability --------------------------------------------------------------------
 
@@ -443,6 +517,19 @@ class ParamServerActor(Actor):
 
     def status(self) -> dict[str, Any]:
         stats = self.stats()
-        keys = ("version", "learner_steps", "pool_size", "published", "refused", "checkpoints", "wins", "draws", "losses", "surgeries")
-        metrics = {k: stats[k] for k in keys} | {f"anneal_share_{name}": share for name, share in stats["anneal"].items()}
+        keys = (
+            "version",
+            "learner_steps",
+            "pool_size",
+            "published",
+            "refused",
+            "checkpoints",
+            "wins",
+            "draws",
+            "losses",
+            "surgeries",
+        )
+        metrics = {k: stats[k] for k in keys} | {
+            f"anneal_share_{name}": share for name, share in stats["anneal"].items()
+        }
         return {"progress": {"version": self.version, "arch": self.arch}, "metrics": metrics}

@@ -54,7 +54,9 @@ def state_arrays(policy: Policy) -> Arrays:
 
 def template(policy: Policy) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]:
     """Name -> (shape, dtype) of every entry of the policy's state_dict."""
-    return {name: (tuple(t.shape), np.dtype(str(t.dtype).removeprefix("torch."))) for name, t in policy.state_dict().items()}
+    return {
+        name: (tuple(t.shape), np.dtype(str(t.dtype).removeprefix("torch."))) for name, t in policy.state_dict().items()
+    }
 
 
 def check_state(state: Arrays, expected: dict[str, tuple[tuple[int, ...], np.dtype[Any]]], what: str) -> None:
@@ -96,11 +98,15 @@ def load_optimizer(optimizer: torch.optim.Optimizer, arrays: Arrays) -> None:
             raise TrainingError(f"optimizer state: unexpected entry {name!r} for {len(params)} parameters")
         index = int(index_text)
         if key != "step" and tuple(array.shape) != tuple(params[index].shape):
-            raise TrainingError(f"optimizer state: {name!r} has shape {array.shape}, parameter {index} has {tuple(params[index].shape)}")
+            raise TrainingError(
+                f"optimizer state: {name!r} has shape {array.shape}, parameter {index} has {tuple(params[index].shape)}"
+            )
         state.setdefault(index, {})[key] = torch.from_numpy(np.array(array))
     for index, entry in state.items():
         if set(entry) != {"step", "exp_avg", "exp_avg_sq"}:
-            raise TrainingError(f"optimizer state: parameter {index} has entries {sorted(entry)}, expected step, exp_avg, exp_avg_sq")
+            raise TrainingError(
+                f"optimizer state: parameter {index} has entries {sorted(entry)}, expected step, exp_avg, exp_avg_sq"
+            )
     whole = optimizer.state_dict()
     whole["state"] = state
     optimizer.load_state_dict(whole)

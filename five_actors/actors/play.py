@@ -20,11 +20,10 @@ import torch
 from five_actors.actors.ratings import wilson_interval
 from five_actors.game.config import GameConfig
 from five_actors.game.env import LaneGame
-from five_actors.game.layout import BatchEnv
+from five_actors.game.layout import BatchEnv, project_masks, project_obs
 from five_actors.game.match import Bot, replay_meta
 from five_actors.game.replay import Recorder
 from five_actors.model.policy import Policy
-from five_actors.surgery.verify import project_masks, project_obs
 
 
 class PolicyPlayer:
@@ -61,8 +60,15 @@ Progress = Callable[[int, int], None]
 """Called after every batch step with (steps so far, games finished so far)."""
 
 
-def play_round(config: GameConfig, player: Policy | Bot, opponent: Policy | Bot, games: int, seed: int,
-               record: Path | None = None, progress: Progress | None = None) -> list[GameOutcome]:
+def play_round(
+    config: GameConfig,
+    player: Policy | Bot,
+    opponent: Policy | Bot,
+    games: int,
+    seed: int,
+    record: Path | None = None,
+    progress: Progress | None = None,
+) -> list[GameOutcome]:
     """Play `games` games of `player` against `opponent` at once until each has ended once.
 
     The player is team 0 in even games and team 1 in odd ones, so both sides of the map get
@@ -140,17 +146,26 @@ def summarize(outcomes: list[GameOutcome]) -> dict[str, Any]:
     wins, draws = scores.count(1.0), scores.count(0.5)
     score = wins + 0.5 * draws
     low, high = wilson_interval(score, len(outcomes))
-    return {"games": len(outcomes), "wins": wins, "draws": draws, "losses": len(outcomes) - wins - draws,
-            "win_rate": round(score / max(len(outcomes), 1), 4), "ci_low": round(low, 4), "ci_high": round(high, 4),
-            "mean_game_steps": round(float(np.mean([o.steps for o in outcomes])) if outcomes else 0.0, 1)}  # fmt: skip
+    return {
+        "games": len(outcomes),
+        "wins": wins,
+        "draws": draws,
+        "losses": len(outcomes) - wins - draws,
+        "win_rate": round(score / max(len(outcomes), 1), 4),
+        "ci_low": round(low, 4),
+        "ci_high": round(high, 4),
+        "mean_game_steps": round(float(np.mean([o.steps for o in outcomes])) if outcomes else 0.0, 1),
+    }
 
 
 EVAL_SEED_BASE = 1_000_000_000
-"""Evaluation episodes are seeded from here on: far from every training copy's seed (run seed + a crc32 of the actor's path + copy)."""
+"""Evaluation episodes are seeded from here on: far from every training copy's seed (run seed + a crc32 of the actor's
+path + copy)."""
 
 
 def play_episodes(env: BatchEnv, policy: Policy, seed: int, max_steps: int) -> list[float]:
-    """The return of the first episode of each copy of a single-agent `env` (copy i seeded `seed + i`), the policy sampling.
+    """The return of the first episode of each copy of a single-agent `env` (copy i seeded `seed + i`), the policy
+    sampling.
 
     Copies whose episode has not ended within `max_steps` steps are left out.
     """
@@ -174,6 +189,11 @@ def summarize_returns(returns: list[float]) -> dict[str, Any]:
     values = np.asarray(returns, np.float64)
     mean = float(values.mean()) if len(values) else 0.0
     half = 1.96 * float(values.std(ddof=1)) / math.sqrt(len(values)) if len(values) > 1 else 0.0
-    return {"episodes": len(values), "mean_return": round(mean, 3), "ci_low": round(mean - half, 3), "ci_high": round(mean + half, 3),
-            "min_return": round(float(values.min()), 3) if len(values) else None,
-            "max_return": round(float(values.max()), 3) if len(values) else None}  # fmt: skip
+    return {
+        "episodes": len(values),
+        "mean_return": round(mean, 3),
+        "ci_low": round(mean - half, 3),
+        "ci_high": round(mean + half, 3),
+        "min_return": round(float(values.min()), 3) if len(values) else None,
+        "max_return": round(float(values.max()), 3) if len(values) else None,
+    }

@@ -70,7 +70,12 @@ class Ratings:
     def table(self) -> dict[str, dict[str, float]]:
         """Every player's score, mu, sigma and games, for logs and GetStats."""
         return {
-            name: {"score": round(self.score(name), 3), "mu": round(r.mu, 3), "sigma": round(r.sigma, 3), "games": self.games.get(name, 0)}
+            name: {
+                "score": round(self.score(name), 3),
+                "mu": round(r.mu, 3),
+                "sigma": round(r.sigma, 3),
+                "games": self.games.get(name, 0),
+            }
             for name, r in sorted(self.players.items())
         }
 

@@ -71,7 +71,9 @@ class CheckpointStore:
         found = (_NAME.match(p.name) for p in self.directory.iterdir())
         return sorted(int(m.group(1)) for m in found if m)
 
-    def save(self, version: int, spec: ModelSpec, state: Arrays, optimizer: Arrays | None, counters: dict[str, int]) -> Path:
+    def save(
+        self, version: int, spec: ModelSpec, state: Arrays, optimizer: Arrays | None, counters: dict[str, int]
+    ) -> Path:
         """Write `version` atomically (blocking: call it in a thread)."""
         policy, adam = self.model_for(spec)
         load_state(policy, state)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any, NoReturn
 
 from five_actors.actors.messages import Subscribe
@@ -28,9 +29,15 @@ async def keep_subscribed(actor: Actor, params_address: str, log: Any) -> NoRetu
             await asyncio.sleep(RETRY_S)
             continue
         gone: asyncio.Future[str] = loop.create_future()
-        unwatch = actor.system.watch_address(params_address, lambda reason, f=gone: f.done() or f.set_result(reason))
+        unwatch = actor.system.watch_address(params_address, functools.partial(resolve_once, gone))
         try:
             await gone
         finally:
             unwatch()
         await asyncio.sleep(RESUBSCRIBE_S)
+
+
+def resolve_once(future: asyncio.Future[str], reason: str) -> None:
+    """Set `future`'s result unless it has one (a watch callback: the actor may be reported down twice)."""
+    if not future.done():
+        future.set_result(reason)

@@ -88,7 +88,7 @@ def _memory_per_game(cfg: GameConfig) -> int:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run the benchmark; returns the JSON-ready result."""
     base = GameConfig(games_per_batch=args.games, version=args.version)
-    threads = numba.config.NUMBA_NUM_THREADS  # all cores
+    threads = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # all cores, set at import
     result: dict[str, Any] = {
         "benchmark": "env",
         "games": args.games,
@@ -97,10 +97,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rows": args.games * 2 * base.heroes_per_side,
         "obs_size": LaneGame(base).obs_spec.size,
         "cpus": os.cpu_count(),
-        "one_thread": _throughput(GameConfig(games_per_batch=args.games, version=args.version, numba_threads=1),
-                                  args.steps),
-        "all_cores": _throughput(GameConfig(games_per_batch=args.games, version=args.version, numba_threads=threads),
-                                 args.steps),
+        "one_thread": _throughput(
+            GameConfig(games_per_batch=args.games, version=args.version, numba_threads=1), args.steps
+        ),
+        "all_cores": _throughput(
+            GameConfig(games_per_batch=args.games, version=args.version, numba_threads=threads), args.steps
+        ),
         "memory_per_game_bytes": _memory_per_game(base),
         "numpy": np.__version__,
         "numba": numba.__version__,

@@ -37,13 +37,19 @@ STAYS_SHARE = 0.9
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options."""
-    parser.add_argument("--env", default="gymnasium:CartPole-v1", help="env.id of the run (default gymnasium:CartPole-v1)")
+    parser.add_argument(
+        "--env", default="gymnasium:CartPole-v1", help="env.id of the run (default gymnasium:CartPole-v1)"
+    )
     parser.add_argument("--config", default="cartpole", help="config file or bundled name (default: cartpole)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)"
+    )
     parser.add_argument("--minutes", type=float, default=10.0, help="wall time of each seed's run (default 10)")
     parser.add_argument("--seeds", type=int, default=1, help="runs with training.seed 0..K-1 (default 1)")
     parser.add_argument("--target", type=float, default=None, help=f"target mean return (default: {TARGETS})")
-    parser.add_argument("--warmup-s", type=float, default=30.0, help="seconds of training left out of the FPS medians (default 30)")
+    parser.add_argument(
+        "--warmup-s", type=float, default=30.0, help="seconds of training left out of the FPS medians (default 30)"
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -82,7 +88,10 @@ def _one_seed(args: argparse.Namespace, seed: int, target: float) -> dict[str, A
     line = TrainingLine(log_every_s=float("inf"))
     samples: list[dict[str, Any]] = []
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="bench-env-train-") as tmp, UpProcess(args.config, overrides, Path(tmp) / "run") as up:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-env-train-") as tmp,
+        UpProcess(args.config, overrides, Path(tmp) / "run") as up,
+    ):
         trained_since: float | None = None
         while time.monotonic() - started < 60 * args.minutes:
             time.sleep(1.0)
@@ -99,9 +108,16 @@ def _one_seed(args: argparse.Namespace, seed: int, target: float) -> dict[str, A
             trained_since = now if trained_since is None else trained_since
             games = list(running_metrics(view, "GameActor").values())
             full = bool(games) and all(m.get("game_returns_kept", 0) >= RETURNS_KEPT for m in games)
-            samples.append({"t": now, "warm": now - trained_since >= args.warmup_s, "frames": facts["env_steps"],
-                            "fps": facts["env_steps_per_s"], "samples_per_s": facts["samples_per_s"],
-                            "mean_return": facts["mean_return"] if full else None})  # fmt: skip
+            samples.append(
+                {
+                    "t": now,
+                    "warm": now - trained_since >= args.warmup_s,
+                    "frames": facts["env_steps"],
+                    "fps": facts["env_steps_per_s"],
+                    "samples_per_s": facts["samples_per_s"],
+                    "mean_return": facts["mean_return"] if full else None,
+                }
+            )
         sys.stderr.write(f"env-train {args.env} seed {seed}: {samples[-1]['frames'] if samples else 0:,} frames\n")
     return _summary(seed, samples, target)
 
@@ -109,7 +125,9 @@ def _one_seed(args: argparse.Namespace, seed: int, target: float) -> dict[str, A
 def _summary(seed: int, samples: list[dict[str, Any]], target: float) -> dict[str, Any]:
     """One seed's figures from its once-a-second samples."""
     warm = [s for s in samples if s["warm"]]
-    reached = next((i for i, s in enumerate(samples) if s["mean_return"] is not None and s["mean_return"] >= target), None)
+    reached = next(
+        (i for i, s in enumerate(samples) if s["mean_return"] is not None and s["mean_return"] >= target), None
+    )
     after = [s["mean_return"] for s in samples[reached:] if s["mean_return"] is not None] if reached is not None else []
     returns = [s["mean_return"] for s in samples if s["mean_return"] is not None]
     return {

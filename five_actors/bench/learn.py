@@ -32,17 +32,29 @@ GYM_HORIZON_STEPS = 100
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options."""
-    parser.add_argument("--env", default="CartPole-v1", help="a gymnasium id, or 'lane' for the lane game vs the scripted bot")
+    parser.add_argument(
+        "--env", default="CartPole-v1", help="a gymnasium id, or 'lane' for the lane game vs the scripted bot"
+    )
     parser.add_argument("--steps", type=int, default=300_000, help="environment steps per seed (policy rows x steps)")
     parser.add_argument("--seeds", type=int, default=5, help="independent runs, seeds FIRST..FIRST+K-1")
     parser.add_argument("--first-seed", type=int, default=0, help="the first seed (to split seeds over processes)")
     parser.add_argument("--num-envs", type=int, default=8, help="gymnasium copies, or lane games per batch")
-    parser.add_argument("--target", type=float, default=475.0, help="report the steps at which the mean return first reaches this")
-    parser.add_argument("--stop-at-target", action="store_true", help="end a seed once its mean return reaches --target")
+    parser.add_argument(
+        "--target", type=float, default=475.0, help="report the steps at which the mean return first reaches this"
+    )
+    parser.add_argument(
+        "--stop-at-target", action="store_true", help="end a seed once its mean return reaches --target"
+    )
     parser.add_argument("--minutes", type=float, default=None, help="also stop each seed after this much wall time")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--config", default=None, help="config file or bundled name for [model], [ppo], [game] (default: built-in defaults)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override, repeatable")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="config file or bundled name for [model], [ppo], [game] (default: built-in defaults)",
+    )
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override, repeatable"
+    )
     parser.add_argument("--points", type=int, default=60, help="curve points kept per seed")
 
 
@@ -88,12 +100,16 @@ def _one_seed(args: argparse.Namespace, config: Config, seed: int) -> dict[str, 
     reached: list[int] = []
 
     def report(p: Progress) -> None:
-        curve.append({"steps": p.steps, "wall_s": round(p.wall_s, 2), "mean_return": p.mean_return, "win_rate": p.win_rate})
+        curve.append(
+            {"steps": p.steps, "wall_s": round(p.wall_s, 2), "mean_return": p.mean_return, "win_rate": p.win_rate}
+        )
         if not reached and p.mean_return is not None and p.mean_return >= args.target:
             reached.append(p.steps)
         ret = "-" if p.mean_return is None else f"{p.mean_return:.1f}"
         win = "" if p.win_rate is None else f" win rate {p.win_rate:.2f}"
-        sys.stderr.write(f"\rlearn {args.env} seed {seed}: {p.steps:,}/{args.steps:,} steps, return {ret}{win}, {p.wall_s:.0f} s   ")
+        sys.stderr.write(
+            f"\rlearn {args.env} seed {seed}: {p.steps:,}/{args.steps:,} steps, return {ret}{win}, {p.wall_s:.0f} s   "
+        )
         sys.stderr.flush()
 
     started = time.perf_counter()
@@ -114,7 +130,9 @@ def _one_seed(args: argparse.Namespace, config: Config, seed: int) -> dict[str, 
     }
 
 
-def _environment(args: argparse.Namespace, config: Config, seed: int) -> tuple[BatchEnv, np.ndarray | None, Opponent | None, float]:
+def _environment(
+    args: argparse.Namespace, config: Config, seed: int
+) -> tuple[BatchEnv, np.ndarray | None, Opponent | None, float]:
     """The env, the rows the policy plays, the opponent for the others, and the discount."""
     if args.env == "lane":
         from five_actors.game.bots import ScriptedBot

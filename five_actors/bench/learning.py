@@ -42,7 +42,9 @@ def tiny_config(**training: Any) -> Config:
     return replace(config, training=replace(config.training, **training))
 
 
-def synthetic_rollout(spec: ModelSpec, chunk_steps: int, chunks: int, version: int, seed: int, source: str = "synthetic") -> Rollout:
+def synthetic_rollout(
+    spec: ModelSpec, chunk_steps: int, chunks: int, version: int, seed: int, source: str = "synthetic"
+) -> Rollout:
     """A Rollout of `chunks` random chunks that are valid for `spec` (every choice legal)."""
     rng = np.random.default_rng(seed)
     t, b = chunk_steps, chunks
@@ -52,7 +54,10 @@ def synthetic_rollout(spec: ModelSpec, chunk_steps: int, chunks: int, version: i
             start = spec.obs.offset(block.name)
             obs[..., start : start + block.size : block.width] = rng.integers(0, 2, size=(t, b, block.slots))
     types = len(spec.actions.types)
-    masks = {"type": np.ones((t, b, types), bool), **{h.name: np.ones((t, b, types, h.size), bool) for h in spec.actions.heads}}
+    masks = {
+        "type": np.ones((t, b, types), bool),
+        **{h.name: np.ones((t, b, types, h.size), bool) for h in spec.actions.heads},
+    }
     sizes = [types] + [h.size for h in spec.actions.heads]
     actions = np.stack([rng.integers(0, n, size=(t, b)) for n in sizes], axis=-1).astype(np.int64)
 
@@ -63,11 +68,23 @@ def synthetic_rollout(spec: ModelSpec, chunk_steps: int, chunks: int, version: i
     starts = np.zeros((t, b), bool)
     starts[1:] = dones[:-1]
     return Rollout(
-        source=source, arch=spec.hash, versions=np.full(b, version, np.int64), obs=obs, masks=masks, actions=actions,
-        logp=-np.abs(floats(2.0)), values=floats(), rewards=floats(0.1), dones=dones, starts=starts,
-        advantages=floats(), returns=floats(), h=(rng.normal(size=(b, spec.lstm_size)) * 0.1).astype(np.float32),
-        c=(rng.normal(size=(b, spec.lstm_size)) * 0.1).astype(np.float32), made_at=time.time(),
-    )  # fmt: skip
+        source=source,
+        arch=spec.hash,
+        versions=np.full(b, version, np.int64),
+        obs=obs,
+        masks=masks,
+        actions=actions,
+        logp=-np.abs(floats(2.0)),
+        values=floats(),
+        rewards=floats(0.1),
+        dones=dones,
+        starts=starts,
+        advantages=floats(),
+        returns=floats(),
+        h=(rng.normal(size=(b, spec.lstm_size)) * 0.1).astype(np.float32),
+        c=(rng.normal(size=(b, spec.lstm_size)) * 0.1).astype(np.float32),
+        made_at=time.time(),
+    )
 
 
 async def run_worker(job: dict[str, Any]) -> None:
@@ -78,13 +95,17 @@ async def run_worker(job: dict[str, Any]) -> None:
     config = tiny_config(**job.get("training", {}))
     spec = model_spec(config)
     system = ActorSystem(f"learner{job['rank']}")
-    learner = LearnerActor(job["rank"], job["world_size"], master_addr="127.0.0.1", master_port=job.get("port", 0), config=config)
+    learner = LearnerActor(
+        job["rank"], job["world_size"], master_addr="127.0.0.1", master_port=job.get("port", 0), config=config
+    )
     ref = system.spawn(learner, "/learner")
     reason = await system.wait_started(ref)
     if reason is not None:
         raise RuntimeError(f"the learner did not start: {reason}")
     for seed in job["rollout_seeds"]:
-        await ref.tell(synthetic_rollout(spec, config.training.rollout_chunk_steps, job["chunks"], job.get("version", 0), seed))
+        await ref.tell(
+            synthetic_rollout(spec, config.training.rollout_chunk_steps, job["chunks"], job.get("version", 0), seed)
+        )
     for bad in job.get("bad_rollouts", []):
         await ref.tell(_bad_rollout(spec, config, bad))
     started = time.perf_counter()
@@ -103,13 +124,18 @@ async def run_worker(job: dict[str, Any]) -> None:
     result = _snapshot(learner)
     result.update(elapsed_s=elapsed, steps_timed=steps_timed, alive=alive)
     out = Path(job["out"])
-    np.savez(out.with_suffix(".npz"), **{f"param/{k}": v for k, v in result.pop("state").items()},
-             **{f"grad/{k}": v for k, v in result.pop("grads").items()})  # fmt: skip
+    np.savez(
+        out.with_suffix(".npz"),
+        **{f"param/{k}": v for k, v in result.pop("state").items()},
+        **{f"grad/{k}": v for k, v in result.pop("grads").items()},
+    )
     out.with_suffix(".json").write_text(json.dumps(result))
 
 
 def _snapshot(learner: Any) -> dict[str, Any]:
-    grads = {n: p.grad.detach().cpu().numpy().copy() for n, p in learner.policy.named_parameters() if p.grad is not None}
+    grads = {
+        n: p.grad.detach().cpu().numpy().copy() for n, p in learner.policy.named_parameters() if p.grad is not None
+    }
     return {"state": state_arrays(learner.policy), "grads": grads, "stats": learner.stats()}
 
 
@@ -155,7 +181,9 @@ def run_world(jobs: list[dict[str, Any]], directory: Path, timeout: float = 120.
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options."""
     parser.add_argument("--seconds", type=float, default=5.0, help="training time per world size (default 5)")
-    parser.add_argument("--minibatch-chunks", type=int, default=16, help="chunks of 16 steps per minibatch (default 16)")
+    parser.add_argument(
+        "--minibatch-chunks", type=int, default=16, help="chunks of 16 steps per minibatch (default 16)"
+    )
     parser.add_argument("--worlds", default="1,2", help="learner world sizes to measure, comma-separated (default 1,2)")
 
 
@@ -163,12 +191,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Learners of each world size train on synthetic chunks for `seconds`; steps, samples/s, allreduce cost."""
     chunks = args.minibatch_chunks
     training = {"minibatch_chunks": chunks, "buffer_chunks": 4 * chunks, "max_sample_reuse": 1e9, "publish_every": 1000}
-    report: dict[str, Any] = {"benchmark": "learner", "minibatch_chunks": chunks, "chunk_steps": 16, "seconds": args.seconds,
-                              "model": "tiny (lstm 32)", "device": "cpu"}  # fmt: skip
+    report: dict[str, Any] = {
+        "benchmark": "learner",
+        "minibatch_chunks": chunks,
+        "chunk_steps": 16,
+        "seconds": args.seconds,
+        "model": "tiny (lstm 32)",
+        "device": "cpu",
+    }
     for world in (int(w) for w in args.worlds.split(",")):
         port = free_port()
-        jobs = [{"rank": r, "world_size": world, "port": port, "training": training, "chunks": 4 * chunks,
-                 "rollout_seeds": [r], "seconds": args.seconds} for r in range(world)]  # fmt: skip
+        jobs = [
+            {
+                "rank": r,
+                "world_size": world,
+                "port": port,
+                "training": training,
+                "chunks": 4 * chunks,
+                "rollout_seeds": [r],
+                "seconds": args.seconds,
+            }
+            for r in range(world)
+        ]
         with tempfile.TemporaryDirectory() as tmp:
             results = run_world(jobs, Path(tmp), timeout=args.seconds + 120)
         stats = results[0]["stats"]

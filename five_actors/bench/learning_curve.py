@@ -35,14 +35,19 @@ BARS: tuple[tuple[str, str, float], ...] = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options."""
     parser.add_argument("--config", default="default", help="config file or bundled name (default: default)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="config override (repeatable)")  # fmt: skip
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)"
+    )
     parser.add_argument("--minutes", type=float, default=60.0, help="training minutes per seed (default 60)")
     parser.add_argument("--seeds", type=int, default=2, help="seeds, run one after the other (default 2)")
     parser.add_argument("--first-seed", type=int, default=0, help="the first seed (default 0)")
-    parser.add_argument("--run-dir", type=Path, default=Path("runs/bench-learning"),
-                        help="where the runs (RUN_DIR/seed-N) and the plot (RUN_DIR/learning.png, .html) go "
-                             "(default runs/bench-learning)")  # fmt: skip
+    parser.add_argument(
+        "--run-dir",
+        type=Path,
+        default=Path("runs/bench-learning"),
+        help="where the runs (RUN_DIR/seed-N) and the plot (RUN_DIR/learning.png, .html) go "
+        "(default runs/bench-learning)",
+    )
 
 
 def bars_met(rows: list[dict[str, Any]]) -> dict[str, float | None]:
@@ -75,10 +80,19 @@ def _train(config: str, overrides: list[str], run_dir: Path, minutes: float, lab
             time.sleep(min(30.0, minutes * 60.0 - elapsed))
             rows = _rows(run_dir)
             last = rows[-1] if rows else None
-            summary = "no eval round yet" if last is None else (
-                f"v{last['version']} vs random {last['win_rate_random']} vs scripted {last['win_rate_scripted']} "
-                f"TrueSkill {last['trueskill']:.1f}")  # fmt: skip
-            print(f"{label}: {(time.monotonic() - started) / 60:.1f}/{minutes:g} min, {summary}", file=sys.stderr, flush=True)
+            summary = (
+                "no eval round yet"
+                if last is None
+                else (
+                    f"v{last['version']} vs random {last['win_rate_random']} vs scripted {last['win_rate_scripted']} "
+                    f"TrueSkill {last['trueskill']:.1f}"
+                )
+            )
+            print(
+                f"{label}: {(time.monotonic() - started) / 60:.1f}/{minutes:g} min, {summary}",
+                file=sys.stderr,
+                flush=True,
+            )
     return _rows(run_dir)
 
 
@@ -100,8 +114,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         overrides = [*args.overrides, f"training.seed={seed}", f"game.seed={seed}"]
         rows = _train(args.config, overrides, run_dir, args.minutes, f"seed {seed}")
         curves[f"seed {seed}"] = rows
-        seeds.append({"seed": seed, "run_dir": str(run_dir), "bars": bars_met(rows), "holds": holds(rows, args.minutes), "rounds": rows})
+        seeds.append(
+            {
+                "seed": seed,
+                "run_dir": str(run_dir),
+                "bars": bars_met(rows),
+                "holds": holds(rows, args.minutes),
+                "rounds": rows,
+            }
+        )
     png = args.run_dir / "learning.png"
     page = plot_history(curves, png, title=f"five-actors up --config {args.config}: {args.minutes:g} minutes per seed")
-    return {"config": args.config, "overrides": args.overrides, "minutes": args.minutes, "seeds": seeds,
-            "plot": str(png), "page": str(page)}  # fmt: skip
+    return {
+        "config": args.config,
+        "overrides": args.overrides,
+        "minutes": args.minutes,
+        "seeds": seeds,
+        "plot": str(png),
+        "page": str(page),
+    }

@@ -28,7 +28,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chunks", type=int, default=64, help="16-step chunks per update minibatch")
     parser.add_argument("--seconds", type=float, default=5.0, help="time spent measuring each of forward and update")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config override (model.*, ppo.*)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override (model.*, ppo.*)",
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -48,15 +55,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     steps = config.ppo.chunk_steps
     pick = np.random.default_rng(0).integers(0, len(obs), (steps, args.chunks))
     device = policy.device
-    out = policy.act(obs[pick.reshape(-1)], {k: v[pick.reshape(-1)] for k, v in masks.items()}, policy.initial_state(pick.size))
+    out = policy.act(
+        obs[pick.reshape(-1)], {k: v[pick.reshape(-1)] for k, v in masks.items()}, policy.initial_state(pick.size)
+    )
     shape = lambda x: x.reshape(steps, args.chunks, *x.shape[1:])  # noqa: E731
     zeros = torch.zeros(steps, args.chunks, device=device)
     batch = Chunks(
         obs=torch.as_tensor(obs[pick], device=device),
         masks={k: torch.as_tensor(v[pick], device=device) for k, v in masks.items()},
-        actions=shape(out.actions), logp=shape(out.logp), values=shape(out.value), rewards=zeros,
-        dones=zeros.bool(), starts=zeros.bool(), advantages=torch.randn(steps, args.chunks, device=device),
-        returns=torch.randn(steps, args.chunks, device=device), state=policy.initial_state(args.chunks),
+        actions=shape(out.actions),
+        logp=shape(out.logp),
+        values=shape(out.value),
+        rewards=zeros,
+        dones=zeros.bool(),
+        starts=zeros.bool(),
+        advantages=torch.randn(steps, args.chunks, device=device),
+        returns=torch.randn(steps, args.chunks, device=device),
+        state=policy.initial_state(args.chunks),
     )
     ppo = PPO(policy, config.ppo)
     update_calls, update_s = _timed(lambda: ppo.step(batch), args.seconds)

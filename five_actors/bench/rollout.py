@@ -29,18 +29,23 @@ from five_actors.config import Config, load_config
 from five_actors.logs import configure_logging
 from five_actors.runtime.actor import Actor
 from five_actors.runtime.config import NodeConfig
-from five_actors.runtime.node import Node, run as run_on_uvloop
+from five_actors.runtime.node import Node
+from five_actors.runtime.node import run as run_on_uvloop
 
 READY = "READY "
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options."""
-    parser.add_argument("--config", default="", help="config file or bundled name (default: built-in defaults, small model)")
+    parser.add_argument(
+        "--config", default="", help="config file or bundled name (default: built-in defaults, small model)"
+    )
     parser.add_argument("--game-actors", type=int, default=2, help="GameActor processes (default 2)")
     parser.add_argument("--games", type=int, default=16, help="games per GameActor (default 16)")
     parser.add_argument("--heroes", type=int, default=5, help="heroes per side (default 5)")
-    parser.add_argument("--batch-rows", type=int, default=0, help="inference_batch_rows (default: all game actors' rows)")
+    parser.add_argument(
+        "--batch-rows", type=int, default=0, help="inference_batch_rows (default: all game actors' rows)"
+    )
     parser.add_argument("--deadline-ms", type=float, default=5.0, help="inference_deadline_ms (default 5)")
     parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds after the warm-up (default 10)")
 
@@ -49,10 +54,17 @@ def bench_config(args: argparse.Namespace) -> Config:
     """The run's config: `--config` or defaults with a small model, and the benchmark's overrides."""
     config = load_config(args.config) if args.config else Config()
     if not args.config:
-        config = replace(config, model=replace(config.model, entity_hidden=32, entity_embed=32, core_input=64, lstm_size=64, pointer_key=16))
+        config = replace(
+            config,
+            model=replace(config.model, entity_hidden=32, entity_embed=32, core_input=64, lstm_size=64, pointer_key=16),
+        )
     rows = args.game_actors * args.games * 2 * args.heroes
-    training = replace(config.training, games_per_actor=args.games, inference_batch_rows=args.batch_rows or rows,
-                       inference_deadline_ms=args.deadline_ms)  # fmt: skip
+    training = replace(
+        config.training,
+        games_per_actor=args.games,
+        inference_batch_rows=args.batch_rows or rows,
+        inference_deadline_ms=args.deadline_ms,
+    )
     return replace(config, game=replace(config.game, heroes_per_side=args.heroes), training=training)
 
 
@@ -86,9 +98,18 @@ async def _measure(args: argparse.Namespace, config: Config) -> dict[str, Any]:
     config_json = _config_dict(config)
     procs: list[asyncio.subprocess.Process] = []
     try:
-        inference_url = await _start(procs, {"role": "inference", "node": "inf", "token": token, "connect": [node.url], "config": config_json})
+        inference_url = await _start(
+            procs, {"role": "inference", "node": "inf", "token": token, "connect": [node.url], "config": config_json}
+        )
         for i in range(args.game_actors):
-            job = {"role": "game", "node": f"game{i}", "seed": i, "token": token, "connect": [node.url, inference_url], "config": config_json}
+            job = {
+                "role": "game",
+                "node": f"game{i}",
+                "seed": i,
+                "token": token,
+                "connect": [node.url, inference_url],
+                "config": config_json,
+            }
             await _start(procs, job)
         games = [f"game{i}/game" for i in range(args.game_actors)]
         deadline = time.monotonic() + 300

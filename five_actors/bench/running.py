@@ -32,7 +32,14 @@ class UpProcess:
     stop: final checkpoint, logs flushed), killing it if that takes over `stop_timeout` seconds.
     """
 
-    def __init__(self, config: str, overrides: Sequence[str], run_dir: Path, address_timeout: float = 60.0, stop_timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        config: str,
+        overrides: Sequence[str],
+        run_dir: Path,
+        address_timeout: float = 60.0,
+        stop_timeout: float = 120.0,
+    ) -> None:
         self.config = config
         self.overrides = list(overrides)
         self.run_dir = run_dir
@@ -43,7 +50,18 @@ class UpProcess:
         self._proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> UpProcess:
-        command = [sys.executable, "-m", "five_actors", "up", "--config", self.config, "--port", "0", "--run-dir", str(self.run_dir)]
+        command = [
+            sys.executable,
+            "-m",
+            "five_actors",
+            "up",
+            "--config",
+            self.config,
+            "--port",
+            "0",
+            "--run-dir",
+            str(self.run_dir),
+        ]
         command += [f"--set={s}" for s in self.overrides]
         self.run_dir.parent.mkdir(parents=True, exist_ok=True)
         with open(self.out_path, "wb") as out:
@@ -74,7 +92,9 @@ class UpProcess:
                 if line.startswith("serving http://"):
                     return line.split()[1]
             if not self.running:
-                raise FiveActorsError(f"`up` exited {self._proc.returncode if self._proc else None}:\n{self.output_tail()}")
+                raise FiveActorsError(
+                    f"`up` exited {self._proc.returncode if self._proc else None}:\n{self.output_tail()}"
+                )
             time.sleep(0.2)
         raise FiveActorsError(f"`up` did not print its address within {timeout:g}s")
 
@@ -86,8 +106,12 @@ class UpProcess:
     def post(self, route: str, body: dict[str, Any], timeout: float = 660.0) -> tuple[int, dict[str, Any]]:
         """POST `body` as JSON to `route` with the run's cluster token: (HTTP status, the JSON answer)."""
         token = (self.run_dir / "token").read_text().strip()
-        request = urllib.request.Request(f"{self.url}{route}", data=orjson.dumps(body), method="POST",
-                                         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})  # fmt: skip
+        request = urllib.request.Request(
+            f"{self.url}{route}",
+            data=orjson.dumps(body),
+            method="POST",
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 return response.status, dict(orjson.loads(response.read()))
@@ -108,5 +132,8 @@ class UpProcess:
 
 def running_metrics(view: dict[str, Any], cls: str) -> dict[str, dict[str, Any]]:
     """Path -> `status.metrics` of every running actor of class `cls` in a /actors view."""
-    return {a["path"]: dict((a.get("status") or {}).get("metrics") or {}) for a in view["actors"]
-            if a.get("class") == cls and a.get("state") == "running"}  # fmt: skip
+    return {
+        a["path"]: dict((a.get("status") or {}).get("metrics") or {})
+        for a in view["actors"]
+        if a.get("class") == cls and a.get("state") == "running"
+    }

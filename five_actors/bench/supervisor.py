@@ -29,14 +29,22 @@ from five_actors.supervisor.tree import Supervisor
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options."""
-    parser.add_argument("--local-restarts", type=int, default=200, help="local actor crashes to time (default: %(default)s)")
-    parser.add_argument("--process-restarts", type=int, default=5, help="kill -9 of the process child to time (default: %(default)s)")
+    parser.add_argument(
+        "--local-restarts", type=int, default=200, help="local actor crashes to time (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--process-restarts", type=int, default=5, help="kill -9 of the process child to time (default: %(default)s)"
+    )
     parser.add_argument("--views", type=int, default=50, help="/actors views to time (default: %(default)s)")
 
 
 def _summary(samples_s: list[float]) -> dict[str, float]:
     ms = sorted(s * 1000 for s in samples_s)
-    return {"p50_ms": round(statistics.median(ms), 2), "p99_ms": round(ms[min(len(ms) - 1, int(len(ms) * 0.99))], 2), "n": len(ms)}
+    return {
+        "p50_ms": round(statistics.median(ms), 2),
+        "p99_ms": round(ms[min(len(ms) - 1, int(len(ms) * 0.99))], 2),
+        "n": len(ms),
+    }
 
 
 async def _until(check: Any) -> None:
@@ -59,7 +67,9 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
             {"id": "proc", "kind": "process", "actor": "five_actors.actors.pingpong:Ponger"},
         ],
     }
-    root_actor = Supervisor(from_mapping(TreeConfig, tree, "tree"), TreeContext(node.system, None, node, log_level="error"))
+    root_actor = Supervisor(
+        from_mapping(TreeConfig, tree, "tree"), TreeContext(node.system, None, node, log_level="error")
+    )
     root = node.system.spawn(root_actor, "/root")
     try:
         if await node.system.wait_started(root) is not None:

@@ -89,19 +89,54 @@ SWAP_COUNTERS: tuple[tuple[str, str, str], ...] = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options."""
     parser.add_argument("--config", default="default", help="config file or bundled name (default: default)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="config override after the bench's own settings (repeatable)")  # fmt: skip
-    parser.add_argument("--minutes", type=float, default=20.0, help="training minutes of each arm (default 20); sets the env-step budget")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override after the bench's own settings (repeatable)",
+    )
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=20.0,
+        help="training minutes of each arm (default 20); sets the env-step budget",
+    )
     parser.add_argument("--env-steps", type=int, help="env steps of each arm instead (arm 1 operates at half)")
-    parser.add_argument("--game-version", type=int, choices=(1, 2), default=2,
-                        help="game version after the surgery and of the scratch arm (default 2; 1: the surgery is widen-lstm alone)")  # fmt: skip
+    parser.add_argument(
+        "--game-version",
+        type=int,
+        choices=(1, 2),
+        default=2,
+        help="game version after the surgery and of the scratch arm (default 2; 1: the surgery is widen-lstm alone)",
+    )
     parser.add_argument("--lstm-from", type=int, default=64, help="LSTM units before the surgery (default 64)")
-    parser.add_argument("--lstm-to", type=int, default=128, help="LSTM units after it, and of the scratch arm (default 128)")
-    parser.add_argument("--probe-steps", type=int, default=128, help="recorded game steps the surgery is verified on (default 128)")
-    parser.add_argument("--start-timeout", type=float, default=300.0, help="seconds an arm's tree may take to start training (default 300)")
-    parser.add_argument("--run-dir", type=Path, help="keep both runs here (RUN_DIR/surgery, RUN_DIR/scratch); default: a temporary directory")
-    parser.add_argument("--smoke", action="store_true",
-                        help="a tiny run for tests: conf/smoke.toml, 0.2 minutes per arm, LSTM 32 -> 48, 32 probe steps, both arms at once")  # fmt: skip
+    parser.add_argument(
+        "--lstm-to", type=int, default=128, help="LSTM units after it, and of the scratch arm (default 128)"
+    )
+    parser.add_argument(
+        "--probe-steps", type=int, default=128, help="recorded game steps the surgery is verified on (default 128)"
+    )
+    parser.add_argument(
+        "--start-timeout",
+        type=float,
+        default=300.0,
+        help="seconds an arm's tree may take to start training (default 300)",
+    )
+    parser.add_argument(
+        "--run-dir",
+        type=Path,
+        help="keep both runs here (RUN_DIR/surgery, RUN_DIR/scratch); default: a temporary directory",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=(
+            "a tiny run for tests: conf/smoke.toml, 0.2 minutes per arm, LSTM 32 -> 48, 32 probe steps, "
+            "both arms at once"
+        ),
+    )
 
 
 @dataclasses.dataclass
@@ -164,7 +199,9 @@ class Watch:
         self.readings.append(reading)
         return reading
 
-    def until(self, done: Callable[[Reading], bool], timeout: float, poll_s: float | None = None) -> tuple[Reading, bool]:
+    def until(
+        self, done: Callable[[Reading], bool], timeout: float, poll_s: float | None = None
+    ) -> tuple[Reading, bool]:
         """Read every `poll_s` until `done(reading)` or `timeout` seconds: (the last reading, whether done)."""
         deadline = time.monotonic() + timeout
         reading = self.readings[-1] if self.readings else None
@@ -192,7 +229,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.smoke:
         args.config, args.minutes, args.lstm_from, args.lstm_to, args.probe_steps = "smoke", 0.2, 32, 48, 32
     if args.lstm_to <= args.lstm_from:
-        raise FiveActorsError(f"--lstm-to {args.lstm_to} must be larger than --lstm-from {args.lstm_from}: surgery only widens")
+        raise FiveActorsError(
+            f"--lstm-to {args.lstm_to} must be larger than --lstm-from {args.lstm_from}: surgery only widens"
+        )
     if args.minutes <= 0 or (args.env_steps is not None and args.env_steps < 2):
         raise FiveActorsError("--minutes must be positive and --env-steps at least 2")
     overrides = [*(SMOKE_SET if args.smoke else LEARNING_SET), *args.overrides]
@@ -203,8 +242,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-surgery-") as tmp:
         root = args.run_dir or Path(tmp)
         arms: dict[str, Callable[[], dict[str, Any]]] = {
-            "surgery": lambda: _surgery_arm(args, [*overrides, "game.version=1", f"model.lstm_size={args.lstm_from}"], root / "surgery", budget, ops),
-            "scratch": lambda: _scratch_arm(args, [*overrides, f"game.version={args.game_version}", f"model.lstm_size={args.lstm_to}"], root / "scratch", budget),
+            "surgery": lambda: _surgery_arm(
+                args, [*overrides, "game.version=1", f"model.lstm_size={args.lstm_from}"], root / "surgery", budget, ops
+            ),
+            "scratch": lambda: _scratch_arm(
+                args,
+                [*overrides, f"game.version={args.game_version}", f"model.lstm_size={args.lstm_to}"],
+                root / "scratch",
+                budget,
+            ),
         }
         if args.smoke:
             # Both trees at once: start-up is most of a smoke run; the arms share the CPUs, which a real run must not.
@@ -218,9 +264,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "variant": "live surgery through the actor system (POST /surgery on `five-actors up`)",
         "config": args.config,
         "overrides": overrides,
-        "budget": {"env_steps_per_arm": budget.env_steps, "operated_at_env_steps": results["surgery"]["swap"]["env_steps_at_request"],
-                   "minutes_per_arm": args.minutes, "same": "env steps (game steps x games, all GameActors)",
-                   "arms_at_once": args.smoke},  # fmt: skip
+        "budget": {
+            "env_steps_per_arm": budget.env_steps,
+            "operated_at_env_steps": results["surgery"]["swap"]["env_steps_at_request"],
+            "minutes_per_arm": args.minutes,
+            "same": "env steps (game steps x games, all GameActors)",
+            "arms_at_once": args.smoke,
+        },
         "operations": " ".join(ops),
         "arms": results,
     }
@@ -232,13 +282,19 @@ def _poll_s(args: argparse.Namespace) -> float:
 
 def _start(watch: Watch, args: argparse.Namespace) -> Reading:
     """Wait until training flows (env steps made, a version published) and every actor, the EvalActor too, runs."""
-    reading, ok = watch.until(lambda r: r.env_steps > 0 and r.version >= 1 and r.healthy, args.start_timeout, poll_s=1.0)
+    reading, ok = watch.until(
+        lambda r: r.env_steps > 0 and r.version >= 1 and r.healthy, args.start_timeout, poll_s=1.0
+    )
     if not ok:
-        raise FiveActorsError(f"the actor system did not start training within {args.start_timeout:g}s:\n{watch.up.output_tail()}")
+        raise FiveActorsError(
+            f"the actor system did not start training within {args.start_timeout:g}s:\n{watch.up.output_tail()}"
+        )
     return reading
 
 
-def _surgery_arm(args: argparse.Namespace, overrides: list[str], run_dir: Path, budget: Budget, ops: list[str]) -> dict[str, Any]:
+def _surgery_arm(
+    args: argparse.Namespace, overrides: list[str], run_dir: Path, budget: Budget, ops: list[str]
+) -> dict[str, Any]:
     with UpProcess(args.config, overrides, run_dir, args.start_timeout) as up:
         watch = Watch(up, _poll_s(args))
         start = _start(watch, args)
@@ -251,8 +307,14 @@ def _surgery_arm(args: argparse.Namespace, overrides: list[str], run_dir: Path, 
         if budget.env_steps is None:
             budget.env_steps = 2 * pause["env_steps_at_request"]
         end, reached = watch.until(budget.reached, max(0.0, budget.cap_s - (time.time() - start.t)))
-        pause["counters"] = {key: {"before": int(pause["counters"][key]), "at_end": int(end.counters[key]),
-                                   "since_request": int(end.counters[key] - pause["counters"][key])} for key in end.counters}  # fmt: skip
+        pause["counters"] = {
+            key: {
+                "before": int(pause["counters"][key]),
+                "at_end": int(end.counters[key]),
+                "since_request": int(end.counters[key] - pause["counters"][key]),
+            }
+            for key in end.counters
+        }
     return {
         "game": "v1" if args.game_version == 1 else "v1, then v2 from the surgery",
         "lstm": [args.lstm_from, args.lstm_to],
@@ -267,12 +329,21 @@ def _scratch_arm(args: argparse.Namespace, overrides: list[str], run_dir: Path, 
         watch = Watch(up, _poll_s(args))
         start = _start(watch, args)
         end, reached = watch.until(budget.reached, budget.cap_s)
-    return {"game": f"v{args.game_version}", "lstm": [args.lstm_to], **_summary(start, end, reached), "table": _table(run_dir, watch, start.t)}
+    return {
+        "game": f"v{args.game_version}",
+        "lstm": [args.lstm_to],
+        **_summary(start, end, reached),
+        "table": _table(run_dir, watch, start.t),
+    }
 
 
 def _summary(start: Reading, end: Reading, reached: bool) -> dict[str, Any]:
-    return {"minutes": round((end.t - start.t) / 60.0, 2), "env_steps": end.env_steps, "final_version": end.version,
-            "stopped_on": "env steps" if reached else "time"}  # fmt: skip
+    return {
+        "minutes": round((end.t - start.t) / 60.0, 2),
+        "env_steps": end.env_steps,
+        "final_version": end.version,
+        "stopped_on": "env steps" if reached else "time",
+    }
 
 
 def _swap(watch: Watch, ops: list[str], probe_steps: int) -> dict[str, Any]:
@@ -292,7 +363,9 @@ def _swap(watch: Watch, ops: list[str], probe_steps: int) -> dict[str, Any]:
     version_to = int(report["version_to"])
     resumed, ok = watch.until(lambda r: r.version > version_to, 600.0, poll_s=0.2)
     if not ok:
-        raise FiveActorsError(f"versions did not advance past {version_to} within 600 s of the surgery:\n{watch.up.output_tail()}")
+        raise FiveActorsError(
+            f"versions did not advance past {version_to} within 600 s of the surgery:\n{watch.up.output_tail()}"
+        )
     pause_s = resumed.t - before.t
     verification = report["verification"][str(report["version_from"])]
     return {
@@ -323,5 +396,6 @@ def _rate(readings: list[Reading], since: float) -> float | None:
 
 
 def _table(run_dir: Path, watch: Watch, started: float) -> list[dict[str, Any]]:
-    """One row per eval round (read once `up` has stopped and flushed its logs), env steps from this bench's readings."""
+    """One row per eval round (read once `up` has stopped and flushed its logs), env steps from this bench's
+    readings."""
     return eval_history(run_dir, started, watch.env_steps_at)

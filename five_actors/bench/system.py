@@ -39,9 +39,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options."""
     parser.add_argument("--config", default="default", help="config file or bundled name (default: default)")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
-    parser.add_argument("--seconds", type=float, default=45.0, help="measured seconds of each arm in each repeat (default 45)")
-    parser.add_argument("--repeats", type=int, default=3, help="rounds of baseline then system; medians are reported (default 3)")
-    parser.add_argument("--start-timeout", type=float, default=300.0, help="seconds the tree may take to start training (default 300)")
+    parser.add_argument(
+        "--seconds", type=float, default=45.0, help="measured seconds of each arm in each repeat (default 45)"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="rounds of baseline then system; medians are reported (default 3)"
+    )
+    parser.add_argument(
+        "--start-timeout", type=float, default=300.0, help="seconds the tree may take to start training (default 300)"
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -54,8 +60,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         baseline = measure_baseline(config, args.seconds)
         system = measure_system(args, config)
         rounds.append({"baseline": baseline, "system": system})
-        print(f"repeat {repeat + 1}/{args.repeats}: system {system['env_steps_per_s']:,.0f} env steps/s, {system['samples_per_s']:,.0f} samples/s;"
-              f" baseline {baseline['env_steps_per_s']:,.0f}, {baseline['samples_per_s']:,.0f}", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"repeat {repeat + 1}/{args.repeats}: system {system['env_steps_per_s']:,.0f} env steps/s, "
+            f"{system['samples_per_s']:,.0f} samples/s;"
+            f" baseline {baseline['env_steps_per_s']:,.0f}, {baseline['samples_per_s']:,.0f}",
+            file=sys.stderr,
+            flush=True,
+        )
     system, baseline = _medians([r["system"] for r in rounds]), _medians([r["baseline"] for r in rounds])
     return {
         "config": config.name,
@@ -73,7 +84,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _medians(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Each numeric figure's median over the repeats."""
-    return {k: round(float(np.median([r[k] for r in results])), 3) for k, v in results[0].items() if isinstance(v, (int, float)) and all(r[k] is not None for r in results)}
+    return {
+        k: round(float(np.median([r[k] for r in results])), 3)
+        for k, v in results[0].items()
+        if isinstance(v, (int, float)) and all(r[k] is not None for r in results)
+    }
 
 
 def _view(up: UpProcess) -> dict[str, Any]:
@@ -82,7 +97,9 @@ def _view(up: UpProcess) -> dict[str, Any]:
         return up.view()
     except OSError as exc:
         state = "running" if up.running else "exited"
-        raise FiveActorsError(f"the actor system ({state}) did not answer {up.url}/actors: {exc}\n{up.output_tail()}") from None
+        raise FiveActorsError(
+            f"the actor system ({state}) did not answer {up.url}/actors: {exc}\n{up.output_tail()}"
+        ) from None
 
 
 def _metrics(view: dict[str, Any], cls: str) -> list[dict[str, Any]]:
@@ -100,7 +117,10 @@ def _totals(view: dict[str, Any], config: Config) -> tuple[float, float, float]:
 
 def measure_system(args: argparse.Namespace, config: Config) -> dict[str, Any]:
     """Run `up` in a subprocess and measure it over `args.seconds` once training flows."""
-    with tempfile.TemporaryDirectory(prefix="bench-system-") as tmp, UpProcess(args.config, args.set or (), Path(tmp) / "run", args.start_timeout) as up:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-system-") as tmp,
+        UpProcess(args.config, args.set or (), Path(tmp) / "run", args.start_timeout) as up,
+    ):
         deadline = time.monotonic() + args.start_timeout
         while True:
             view = _view(up)
@@ -108,7 +128,9 @@ def measure_system(args: argparse.Namespace, config: Config) -> dict[str, Any]:
             if env_steps > 0 and version >= 1:
                 break
             if time.monotonic() > deadline or not up.running:
-                raise FiveActorsError(f"the actor system did not start training within {args.start_timeout:g}s:\n{up.output_tail()}")
+                raise FiveActorsError(
+                    f"the actor system did not start training within {args.start_timeout:g}s:\n{up.output_tail()}"
+                )
             time.sleep(1.0)
         started, first = time.monotonic(), _totals(view, config)
         staleness: list[float] = []
@@ -124,8 +146,12 @@ def measure_system(args: argparse.Namespace, config: Config) -> dict[str, Any]:
         "env_steps_per_s": round((last[0] - first[0]) / elapsed, 1),
         "samples_per_s": round((last[1] - first[1]) / elapsed, 1),
         "versions": int(last[2] - first[2]),
-        "mean_inference_batch": round(float(np.mean([m.get("inference_mean_batch_rows", 0.0) for m in inference])), 1) if inference else None,
-        "p99_inference_latency_ms": round(max(float(m.get("inference_latency_p99_ms") or 0.0) for m in inference), 2) if inference else None,
+        "mean_inference_batch": round(float(np.mean([m.get("inference_mean_batch_rows", 0.0) for m in inference])), 1)
+        if inference
+        else None,
+        "p99_inference_latency_ms": round(max(float(m.get("inference_latency_p99_ms") or 0.0) for m in inference), 2)
+        if inference
+        else None,
         "mean_staleness": round(float(np.mean(staleness)), 3) if staleness else None,
         "sample_reuse": round(float(np.mean([m.get("sample_reuse", 0.0) for m in learners])), 3) if learners else None,
         "game_actors": len(_metrics(view, "GameActor")),

@@ -31,7 +31,8 @@ from aiohttp import web
 from five_actors.logs import configure_logging
 from five_actors.runtime.actor import Actor, message
 from five_actors.runtime.config import NodeConfig
-from five_actors.runtime.node import Node, run as run_on_uvloop
+from five_actors.runtime.node import Node
+from five_actors.runtime.node import run as run_on_uvloop
 
 ARRAY_FLOATS = 1024 * 1024 // 4
 
@@ -101,7 +102,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     token = secrets.token_hex(16)
     server = subprocess.Popen(
         [sys.executable, "-m", "five_actors.bench.transport", "--serve", token],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=dict(os.environ),
     )
     try:
         assert server.stdout is not None
@@ -129,8 +133,20 @@ async def _measure(args: argparse.Namespace, token: str, node_url: str, bare_url
     async with aiohttp.ClientSession() as session:
         bare = await session.ws_connect(f"{bare_url}/bare", max_msg_size=config.max_message_bytes, compress=0)
         for _ in range(args.repeats):
-            _record(results, "", await _ours_tells(sink, args.tells), await _ours_asks(sink, args.asks), await _ours_arrays(sink, array, args.arrays))
-            _record(results, "_bare", await _bare_tells(bare, args.tells), await _bare_asks(bare, args.asks), await _bare_arrays(bare, array, args.arrays))
+            _record(
+                results,
+                "",
+                await _ours_tells(sink, args.tells),
+                await _ours_asks(sink, args.asks),
+                await _ours_arrays(sink, array, args.arrays),
+            )
+            _record(
+                results,
+                "_bare",
+                await _bare_tells(bare, args.tells),
+                await _bare_asks(bare, args.asks),
+                await _bare_arrays(bare, array, args.arrays),
+            )
         await bare.close()
     await node.stop()
     med = {k: statistics.median(v) for k, v in results.items()}
@@ -147,7 +163,9 @@ async def _measure(args: argparse.Namespace, token: str, node_url: str, bare_url
     }
 
 
-def _record(results: dict[str, list[float]], side: str, tells: tuple[float, ...], asks: tuple[float, ...], array: float) -> None:
+def _record(
+    results: dict[str, list[float]], side: str, tells: tuple[float, ...], asks: tuple[float, ...], array: float
+) -> None:
     for key, value in zip(("tell", "tell_cpu", "p50", "p99", "ask_cpu", "array"), (*tells, *asks, array)):
         results[key + side].append(value)
 

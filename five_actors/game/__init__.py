@@ -8,10 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-_LAZY = {"LaneGame": "five_actors.game.env", "obs_spec": "five_actors.game.spec",
-         "action_spec": "five_actors.game.spec", "GameConfig": "five_actors.game.config",
-         "RandomBot": "five_actors.game.bots", "ScriptedBot": "five_actors.game.bots",
-         "play_match": "five_actors.game.match"}
+_LAZY = {
+    "LaneGame": "five_actors.game.env",
+    "obs_spec": "five_actors.game.spec",
+    "action_spec": "five_actors.game.spec",
+    "GameConfig": "five_actors.game.config",
+    "RandomBot": "five_actors.game.bots",
+    "ScriptedBot": "five_actors.game.bots",
+    "play_match": "five_actors.game.match",
+}
 
 __all__ = sorted(_LAZY)
 

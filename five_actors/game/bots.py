@@ -15,7 +15,16 @@ from five_actors.game.config import GameConfig
 from five_actors.game.jit import kernel
 from five_actors.game.spec import obs_spec
 from five_actors.game.state import (
-    A_ABILITY0, A_ATTACK, A_MOVE, A_NOOP, AB_KIND, AK_HASTE, AK_HEAL, DIRECTIONS, FOUNTAIN_AT, hero_tables,
+    A_ABILITY0,
+    A_ATTACK,
+    A_MOVE,
+    A_NOOP,
+    AB_KIND,
+    AK_HASTE,
+    AK_HEAL,
+    DIRECTIONS,
+    FOUNTAIN_AT,
+    hero_tables,
 )
 
 
@@ -66,11 +75,46 @@ class RandomBot:
 
 
 # Indices into ScriptedBot's `layout` array: block offsets, widths and feature positions.
-(L_SELF_ALIVE, L_SELF_HP, L_SELF_X, L_SELF_Y, L_SELF_RANGE, L_SELF_TYPE, L_ALLY_OFF, L_ALLY_W, L_ALLY_HP,
- L_ENEMY_OFF, L_ENEMY_W, L_ENEMY_VIS, L_ENEMY_DX, L_ENEMY_DY, L_ENEMY_DIST, L_ENEMY_HP, L_CREEP_OFF, L_CREEP_W,
- L_CREEP_ENEMY, L_CREEP_DX, L_CREEP_DY, L_CREEP_DIST, L_CREEP_HP, L_CREEP_LASTHIT, L_STRUCT_OFF, L_STRUCT_W,
- L_STRUCT_ENEMY, L_STRUCT_ANCIENT, L_STRUCT_DX, L_STRUCT_DY, L_STRUCT_DIST, L_ALLIES, L_ENEMIES, L_CREEPS,
- L_STRUCTS, L_TPL, L_LANES, L_HPS) = range(38)
+(
+    L_SELF_ALIVE,
+    L_SELF_HP,
+    L_SELF_X,
+    L_SELF_Y,
+    L_SELF_RANGE,
+    L_SELF_TYPE,
+    L_ALLY_OFF,
+    L_ALLY_W,
+    L_ALLY_HP,
+    L_ENEMY_OFF,
+    L_ENEMY_W,
+    L_ENEMY_VIS,
+    L_ENEMY_DX,
+    L_ENEMY_DY,
+    L_ENEMY_DIST,
+    L_ENEMY_HP,
+    L_CREEP_OFF,
+    L_CREEP_W,
+    L_CREEP_ENEMY,
+    L_CREEP_DX,
+    L_CREEP_DY,
+    L_CREEP_DIST,
+    L_CREEP_HP,
+    L_CREEP_LASTHIT,
+    L_STRUCT_OFF,
+    L_STRUCT_W,
+    L_STRUCT_ENEMY,
+    L_STRUCT_ANCIENT,
+    L_STRUCT_DX,
+    L_STRUCT_DY,
+    L_STRUCT_DIST,
+    L_ALLIES,
+    L_ENEMIES,
+    L_CREEPS,
+    L_STRUCTS,
+    L_TPL,
+    L_LANES,
+    L_HPS,
+) = range(38)
 
 
 @kernel
@@ -79,8 +123,17 @@ def _direction(dx: float, dy: float) -> int:
 
 
 @kernel
-def _scripted_actions(obs: np.ndarray, mtype: np.ndarray, mtarget: np.ndarray, L: np.ndarray, AB: np.ndarray,
-                      fountain: float, tower_reach: float, unit: float, out: np.ndarray) -> None:
+def _scripted_actions(
+    obs: np.ndarray,
+    mtype: np.ndarray,
+    mtarget: np.ndarray,
+    L: np.ndarray,
+    AB: np.ndarray,
+    fountain: float,
+    tower_reach: float,
+    unit: float,
+    out: np.ndarray,
+) -> None:
     """The scripted lane bot, one row at a time; distances are in observation units (`unit` per map unit)."""
     n_allies, n_enemies, n_creeps, n_structs = L[L_ALLIES], L[L_ENEMIES], L[L_CREEPS], L[L_STRUCTS]
     s_enemy = 1 + n_allies
@@ -193,7 +246,7 @@ def _scripted_actions(obs: np.ndarray, mtype: np.ndarray, mtarget: np.ndarray, L
             for c in range(n_creeps):
                 cb = L[L_CREEP_OFF] + c * L[L_CREEP_W]
                 if o[cb] > 0 and o[cb + L[L_CREEP_ENEMY]] == 0:
-                    if (o[cb + L[L_CREEP_DX]] - tx) ** 2 + (o[cb + L[L_CREEP_DY]] - ty) ** 2 < tower_reach ** 2:
+                    if (o[cb + L[L_CREEP_DX]] - tx) ** 2 + (o[cb + L[L_CREEP_DY]] - ty) ** 2 < tower_reach**2:
                         tanked = True
             if tanked and mtarget[r, A_ATTACK, s_struct + danger]:
                 out[r, 0] = A_ATTACK
@@ -249,18 +302,44 @@ class ScriptedBot:
             return blocks[block].features.index(name)
 
         layout = [
-            feat("self", "alive"), feat("self", "hp_frac"), feat("self", "x"), feat("self", "y"),
-            feat("self", "attack_range"), feat("self", f"type_{cfg.hero_types[0]}"),
-            spec.offset("allies"), blocks["allies"].width, feat("allies", "hp_frac"),
-            spec.offset("enemies"), blocks["enemies"].width, feat("enemies", "visible"), feat("enemies", "dx"),
-            feat("enemies", "dy"), feat("enemies", "dist"), feat("enemies", "hp_frac"),
-            spec.offset("creeps"), blocks["creeps"].width, feat("creeps", "enemy"), feat("creeps", "dx"),
-            feat("creeps", "dy"), feat("creeps", "dist"), feat("creeps", "hp_frac"), feat("creeps", "last_hittable"),
-            spec.offset("structures"), blocks["structures"].width, feat("structures", "enemy"),
-            feat("structures", "ancient"), feat("structures", "dx"), feat("structures", "dy"),
+            feat("self", "alive"),
+            feat("self", "hp_frac"),
+            feat("self", "x"),
+            feat("self", "y"),
+            feat("self", "attack_range"),
+            feat("self", f"type_{cfg.hero_types[0]}"),
+            spec.offset("allies"),
+            blocks["allies"].width,
+            feat("allies", "hp_frac"),
+            spec.offset("enemies"),
+            blocks["enemies"].width,
+            feat("enemies", "visible"),
+            feat("enemies", "dx"),
+            feat("enemies", "dy"),
+            feat("enemies", "dist"),
+            feat("enemies", "hp_frac"),
+            spec.offset("creeps"),
+            blocks["creeps"].width,
+            feat("creeps", "enemy"),
+            feat("creeps", "dx"),
+            feat("creeps", "dy"),
+            feat("creeps", "dist"),
+            feat("creeps", "hp_frac"),
+            feat("creeps", "last_hittable"),
+            spec.offset("structures"),
+            blocks["structures"].width,
+            feat("structures", "enemy"),
+            feat("structures", "ancient"),
+            feat("structures", "dx"),
+            feat("structures", "dy"),
             feat("structures", "dist"),
-            blocks["allies"].slots, blocks["enemies"].slots, blocks["creeps"].slots, blocks["structures"].slots,
-            cfg.towers_per_lane, cfg.lanes, cfg.heroes_per_side,
+            blocks["allies"].slots,
+            blocks["enemies"].slots,
+            blocks["creeps"].slots,
+            blocks["structures"].slots,
+            cfg.towers_per_lane,
+            cfg.lanes,
+            cfg.heroes_per_side,
         ]
         self._layout = np.array(layout, dtype=np.int64)
         self._abilities = hero_tables(cfg)[1]
@@ -272,6 +351,15 @@ class ScriptedBot:
     def act(self, obs: np.ndarray, masks: dict[str, np.ndarray]) -> np.ndarray:
         """Actions `[rows, 3]` for whole teams of rows (see the module docstring)."""
         out = np.zeros((obs.shape[0], 3), dtype=np.int64)
-        _scripted_actions(obs, masks["type"], masks["target"], self._layout, self._abilities, self._fountain,
-                          self._tower_reach, self._unit, out)
+        _scripted_actions(
+            obs,
+            masks["type"],
+            masks["target"],
+            self._layout,
+            self._abilities,
+            self._fountain,
+            self._tower_reach,
+            self._unit,
+            out,
+        )
         return out

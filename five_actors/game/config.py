@@ -146,21 +146,59 @@ class GameConfig:
     rollout process shares the machine with inference and learning."""
 
     def __post_init__(self) -> None:
-        positive_ints = ("games_per_batch", "heroes_per_side", "time_limit_steps", "towers_per_lane",
-                         "creep_wave_interval", "max_level", "creep_slots", "recall_cooldown")
+        positive_ints = (
+            "games_per_batch",
+            "heroes_per_side",
+            "time_limit_steps",
+            "towers_per_lane",
+            "creep_wave_interval",
+            "max_level",
+            "creep_slots",
+            "recall_cooldown",
+        )
         for name in positive_ints:
             if getattr(self, name) < 1:
                 raise ValueError(f"game.{name} must be at least 1, got {getattr(self, name)}")
-        positive_floats = ("map_size", "steps_per_second", "tower_hp", "ancient_hp", "creep_hp", "creep_speed",
-                           "hero_speed", "xp_per_level", "item_cost", "hero_vision", "creep_vision",
-                           "tower_vision", "tower_range", "time_decay_minutes", "lane_width")
+        positive_floats = (
+            "map_size",
+            "steps_per_second",
+            "tower_hp",
+            "ancient_hp",
+            "creep_hp",
+            "creep_speed",
+            "hero_speed",
+            "xp_per_level",
+            "item_cost",
+            "hero_vision",
+            "creep_vision",
+            "tower_vision",
+            "tower_range",
+            "time_decay_minutes",
+            "lane_width",
+        )
         for name in positive_floats:
             if not getattr(self, name) > 0:
                 raise ValueError(f"game.{name} must be positive, got {getattr(self, name)}")
-        non_negative = ("creeps_per_wave", "max_creeps", "creep_damage", "tower_damage", "creep_gold", "creep_xp",
-                        "hero_kill_gold", "hero_kill_xp", "tower_gold", "passive_gold_per_step", "start_gold",
-                        "xp_radius", "respawn_base_steps", "respawn_per_level_steps", "max_items",
-                        "fountain_regen", "deny_xp_fraction", "numba_threads")
+        non_negative = (
+            "creeps_per_wave",
+            "max_creeps",
+            "creep_damage",
+            "tower_damage",
+            "creep_gold",
+            "creep_xp",
+            "hero_kill_gold",
+            "hero_kill_xp",
+            "tower_gold",
+            "passive_gold_per_step",
+            "start_gold",
+            "xp_radius",
+            "respawn_base_steps",
+            "respawn_per_level_steps",
+            "max_items",
+            "fountain_regen",
+            "deny_xp_fraction",
+            "numba_threads",
+        )
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise ValueError(f"game.{name} must not be negative, got {getattr(self, name)}")

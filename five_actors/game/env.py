@@ -17,13 +17,37 @@ from five_actors.errors import GameError
 from five_actors.game.config import GameConfig
 from five_actors.game.layout import ActionSpec, ObsSpec, Step
 from five_actors.game.observe import observe_all, observe_serial
+from five_actors.game.sim import reset_game
 from five_actors.game.spec import action_spec, obs_spec
 from five_actors.game.state import (
-    ALIVE, EVENT_KINDS, G_DONE, G_STEP, G_WINNER, H_DEATHS, H_DENIES, H_KILLS, H_LASTHITS, H_LEVEL, H_TYPE, HP,
-    KIND, MAXHP, REWARD_COMPONENTS, REWARD_NAMES, SCRATCH_COLUMNS, TEAM, X, Y, GameState,
-    P_TEAM_SPIRIT, fountains, hero_tables, lane_waypoints, pack_params, structure_positions,
+    ALIVE,
+    EVENT_KINDS,
+    G_DONE,
+    G_STEP,
+    G_WINNER,
+    H_DEATHS,
+    H_DENIES,
+    H_KILLS,
+    H_LASTHITS,
+    H_LEVEL,
+    H_TYPE,
+    HP,
+    KIND,
+    MAXHP,
+    P_TEAM_SPIRIT,
+    REWARD_COMPONENTS,
+    REWARD_NAMES,
+    SCRATCH_COLUMNS,
+    TEAM,
+    GameState,
+    X,
+    Y,
+    fountains,
+    hero_tables,
+    lane_waypoints,
+    pack_params,
+    structure_positions,
 )
-from five_actors.game.sim import reset_game
 from five_actors.game.step import step_all, step_serial
 
 FRAME_COLUMNS = ("x", "y", "team", "kind", "type", "hp_frac", "alive", "level")
@@ -77,7 +101,7 @@ class LaneGame:
         self.results: deque[dict[str, Any]] = deque(maxlen=RESULTS_KEPT)
         """One dict per finished game (game, winner, steps, reason, totals), oldest first; the
         latest RESULTS_KEPT are kept, and the caller may clear it."""
-        self._threads = cfg.numba_threads or numba.config.NUMBA_NUM_THREADS
+        self._threads = cfg.numba_threads or numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # set at import
         self.team_spirit = cfg.team_spirit_at(0)
         """The team spirit the rewards use now (`follow_version` moves it along game.team_spirit)."""
         # One thread runs (and compiles) the serial kernels: no parallel launch per step.
@@ -99,8 +123,18 @@ class LaneGame:
 
     def _reset_game(self, g: int) -> None:
         s = self.state
-        reset_game(g, self._draft(), s.units, s.heroes, s.seen, s.game, self._params, self._stats,
-                   self._structures, self._fountains)
+        reset_game(
+            g,
+            self._draft(),
+            s.units,
+            s.heroes,
+            s.seen,
+            s.game,
+            self._params,
+            self._stats,
+            self._structures,
+            self._fountains,
+        )
 
     def follow_version(self, version: int) -> None:
         """Use the team spirit of parameter version `version` (game.team_spirit) from the next step on."""
@@ -135,9 +169,24 @@ class LaneGame:
             "target": np.empty((rows, n_types, n_slots), dtype=np.bool_),
         }
         s = self.state
-        self._observe_kernel(s.units, s.heroes, s.seen, s.game, self._vis, obs, self._slot_unit, masks["type"],
-                    masks["move"], masks["target"], self._params, self._abilities, self._widths, n_types,
-                    self._hps, self._sb)
+        self._observe_kernel(
+            s.units,
+            s.heroes,
+            s.seen,
+            s.game,
+            self._vis,
+            obs,
+            self._slot_unit,
+            masks["type"],
+            masks["move"],
+            masks["target"],
+            self._params,
+            self._abilities,
+            self._widths,
+            n_types,
+            self._hps,
+            self._sb,
+        )
         self._masks = masks
         return obs, masks
 
@@ -175,10 +224,30 @@ class LaneGame:
         if self._threads > 1:
             numba.set_num_threads(self._threads)
         m = self._masks
-        self._step_kernel(acts, s.units, s.heroes, s.game, self._acc, self._scratch, s.events, s.event_count,
-                 self._slot_unit, m["type"], m["move"], m["target"], illegal, rewards, comps, self._params,
-                 self._stats, self._abilities, self._tower_rewards, self._waypoints, self._structures,
-                 self._fountains)
+        self._step_kernel(
+            acts,
+            s.units,
+            s.heroes,
+            s.game,
+            self._acc,
+            self._scratch,
+            s.events,
+            s.event_count,
+            self._slot_unit,
+            m["type"],
+            m["move"],
+            m["target"],
+            illegal,
+            rewards,
+            comps,
+            self._params,
+            self._stats,
+            self._abilities,
+            self._tower_rewards,
+            self._waypoints,
+            self._structures,
+            self._fountains,
+        )
         self.illegal_actions += int(illegal.sum())
         done_games = np.flatnonzero(s.game[:, G_DONE] > 0)
         per_game = 2 * self._hps
@@ -192,11 +261,12 @@ class LaneGame:
             team = np.repeat(np.arange(2), self._hps)
             win[rows_g] = np.where(winner < 0, 0.5, (team == winner).astype(np.float32))
             reason = "ancient" if self._ancient_fell(int(g)) else "time_limit"
-            self.results.append({"game": int(g), "winner": winner, "steps": steps, "reason": reason,
-                                 **self.game_stats(int(g))})
+            self.results.append(
+                {"game": int(g), "winner": winner, "steps": steps, "reason": reason, **self.game_stats(int(g))}
+            )
             self._reset_game(int(g))
         obs, masks = self._observe()
-        infos = {f"reward/{name}": comps[:, c] for c, name in enumerate(REWARD_NAMES)}
+        infos: dict[str, np.ndarray] = {f"reward/{name}": comps[:, c] for c, name in enumerate(REWARD_NAMES)}
         infos["win"] = win
         infos["illegal"] = illegal
         return Step(obs=obs, masks=masks, rewards=rewards, dones=dones, infos=infos)

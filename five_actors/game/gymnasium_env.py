@@ -43,8 +43,10 @@ class GymBatchEnv:
         self.seed = seed
         self._obs_space = space = self.envs[0].observation_space
         if not _flattenable(space):
-            raise GameError(f"{self.name}: observation space {space} is not supported "
-                            "(only Box, Discrete, MultiDiscrete, and Dict or Tuple of those are)")  # fmt: skip
+            raise GameError(
+                f"{self.name}: observation space {space} is not supported "
+                "(only Box, Discrete, MultiDiscrete, and Dict or Tuple of those are)"
+            )
         self._obs_size = int(gym.spaces.flatdim(space))
         self.obs_spec = ObsSpec((EntityBlock("self", 1, tuple(f"obs{i}" for i in range(self._obs_size))),))
         self._nvec, self._start = _action_dims(self.envs[0].action_space, self.name)
@@ -98,7 +100,12 @@ class GymBatchEnv:
                 final_obs[i] = self._flat(o)
                 o, _ = env.reset()
             obs[i] = self._flat(o)
-        infos = {"episode_return": episode_return, "episode_length": episode_length, "truncated": truncated, "final_obs": final_obs}
+        infos: dict[str, np.ndarray] = {
+            "episode_return": episode_return,
+            "episode_length": episode_length,
+            "truncated": truncated,
+            "final_obs": final_obs,
+        }
         return Step(obs, self._copy_masks(), rewards, dones, infos)
 
     def close(self) -> None:
@@ -122,7 +129,10 @@ class GymBatchEnv:
         bad = (actions < 0) | (actions >= self._nvec)
         if bad.any():
             row, col = map(int, np.argwhere(bad)[0])
-            raise GameError(f"{self.name}: action column {col} of row {row} is {int(actions[row, col])}, outside 0..{int(self._nvec[col]) - 1}")
+            raise GameError(
+                f"{self.name}: action column {col} of row {row} is {int(actions[row, col])}, outside "
+                f"0..{int(self._nvec[col]) - 1}"
+            )
         return actions.astype(np.int64)
 
 
@@ -157,8 +167,10 @@ def _action_dims(space: gym.Space, name: str) -> tuple[np.ndarray, np.ndarray]:
             nvec += part.nvec.astype(np.int64).tolist()
             start += part.start.astype(np.int64).tolist()
         else:
-            raise GameError(f"{name}: action space {space} is not supported "
-                            "(only Discrete, one-dimensional MultiDiscrete, and Dict or Tuple of those are)")  # fmt: skip
+            raise GameError(
+                f"{name}: action space {space} is not supported "
+                "(only Discrete, one-dimensional MultiDiscrete, and Dict or Tuple of those are)"
+            )
     return np.array(nvec, np.int64), np.array(start, np.int64)
 
 

@@ -53,7 +53,7 @@ class _GameInTreeLocator(_GameStamp, caching.InTreeCacheLocator):
 
 
 def _install() -> None:
-    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # renamed in numba 0.61
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl")  # renamed in numba 0.61
     locators = impl._locator_classes
     for locator in (_GameInTreeLocator, _GameUserDirLocator):
         if locator not in locators:

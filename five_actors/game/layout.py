@@ -21,10 +21,13 @@ end of a block, so a model trained on an older layout can be carried across by s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+
+from five_actors.errors import GameError
 
 
 @dataclass(frozen=True)
@@ -161,3 +164,44 @@ class BatchEnv(Protocol):
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]: ...
 
     def step(self, actions: np.ndarray) -> Step: ...
+
+
+def project_obs(obs: np.ndarray, source: ObsSpec, target: ObsSpec) -> np.ndarray:
+    """Observations `[..., source.size]` in `target`'s layout, by feature name; features `source` lacks are 0
+    (how a model reads another game version's observations: after add-observation, or in an annealed-in game)."""
+    index = np.full(target.size, -1, dtype=np.int64)
+    at = 0
+    for block in target.blocks:
+        try:
+            have = source.block(block.name)
+        except KeyError:
+            raise GameError(f"the source layout has no entity block {block.name!r}") from None
+        if have.slots != block.slots:
+            raise GameError(
+                f"block {block.name!r} has {have.slots} slots in the source layout, {block.slots} in the target"
+            )
+        start = source.offset(block.name)
+        for slot in range(block.slots):
+            for f, feature in enumerate(block.features):
+                if feature in have.features:
+                    index[at + slot * block.width + f] = start + slot * have.width + have.features.index(feature)
+        at += block.size
+    out = obs[..., np.maximum(index, 0)]
+    out[..., index < 0] = 0.0
+    return out
+
+
+def project_masks(masks: Mapping[str, np.ndarray], source: ActionSpec, target: ActionSpec) -> dict[str, np.ndarray]:
+    """Masks in `target`'s action layout, by type name; types `source` lacks are masked off."""
+    if [(h.name, h.size) for h in source.heads] != [(h.name, h.size) for h in target.heads]:
+        raise GameError("the source layout's action heads differ from the target's")
+    index = np.array([source.types.index(t) if t in source.types else -1 for t in target.types])
+    known = index >= 0
+    out = {}
+    for name, mask in masks.items():
+        axis = mask.ndim - 1 if name == "type" else mask.ndim - 2
+        picked = np.take(mask, np.maximum(index, 0), axis=axis)
+        shape = [1] * mask.ndim
+        shape[axis] = len(index)
+        out[name] = picked & known.reshape(shape)
+    return out

@@ -26,8 +26,7 @@ def team_rows(env: LaneGame, team: int) -> np.ndarray:
     return rows[(rows // env.agents_per_team) % 2 == team]
 
 
-def _joint_actions(env: LaneGame, bots: tuple[Bot, Bot], obs: np.ndarray,
-                   masks: dict[str, np.ndarray]) -> np.ndarray:
+def _joint_actions(env: LaneGame, bots: tuple[Bot, Bot], obs: np.ndarray, masks: dict[str, np.ndarray]) -> np.ndarray:
     actions = np.zeros((env.num_rows, env.action_spec.columns), dtype=np.int64)
     for team, bot in enumerate(bots):
         rows = team_rows(env, team)
@@ -48,8 +47,9 @@ def replay_meta(config: GameConfig, seed: int) -> dict[str, Any]:
     }
 
 
-def play_match(config: GameConfig, bot_team0: Bot, bot_team1: Bot, seed: int = 0,
-               record: str | Path | None = None) -> dict[str, Any]:
+def play_match(
+    config: GameConfig, bot_team0: Bot, bot_team1: Bot, seed: int = 0, record: str | Path | None = None
+) -> dict[str, Any]:
     """Play one game to its end; returns {winner: 0|1|-1, steps, reason, kills, ...} and, when
     `record` is a path, saves the match replay there."""
     env = LaneGame(dataclasses.replace(config, games_per_batch=1, seed=seed))
@@ -75,8 +75,7 @@ def play_match(config: GameConfig, bot_team0: Bot, bot_team1: Bot, seed: int = 0
     return result
 
 
-def play_matches(config: GameConfig, bot_team0: Bot, bot_team1: Bot, games: int,
-                 seed: int = 0) -> list[dict[str, Any]]:
+def play_matches(config: GameConfig, bot_team0: Bot, bot_team1: Bot, games: int, seed: int = 0) -> list[dict[str, Any]]:
     """Play `games` games at once (one batch) until each has ended once; their results in game order."""
     return _play(config, (bot_team0, bot_team1), games, seed)[0]
 
@@ -93,11 +92,15 @@ def match_summary(config: GameConfig, bot_team0: Bot, bot_team1: Bot, games: int
         "draws": sum(r["winner"] == -1 for r in results),
         "by_ancient": sum(r["reason"] == "ancient" for r in results),
         "median_steps": int(np.median([r["steps"] for r in results])),
-        "reward_per_hero_minute": [{name: round(float(v) / minutes, 3) for name, v in team.items() if v} for team in totals],
+        "reward_per_hero_minute": [
+            {name: round(float(v) / minutes, 3) for name, v in team.items() if v} for team in totals
+        ],
     }
 
 
-def _play(config: GameConfig, bots: tuple[Bot, Bot], games: int, seed: int) -> tuple[list[dict[str, Any]], list[dict[str, float]], int]:
+def _play(
+    config: GameConfig, bots: tuple[Bot, Bot], games: int, seed: int
+) -> tuple[list[dict[str, Any]], list[dict[str, float]], int]:
     """Each game's first result, each team's reward components summed over the games until they
     ended, and the hero-steps of one team in that time."""
     env = LaneGame(dataclasses.replace(config, games_per_batch=games, seed=seed))

@@ -15,11 +15,66 @@ from numba import prange
 from five_actors.game.jit import kernel
 from five_actors.game.sim import closer, team_offset, vulnerable
 from five_actors.game.state import (
-    AB_COOLDOWN, AB_COST, AB_KIND, ACD, AK_AREA, AK_HASTE, AK_HEAL, AK_NUKE, ALIVE, A_ABILITY0, A_ATTACK,
-    A_MOVE, A_NOOP, A_RECALL, DMG, G_NEXTWAVE, G_STEP, HASTE, HP, H_CD0, H_CDRECALL, H_DEATHS, H_GOLD, H_ITEMS,
-    H_KILLS, H_LEVEL, H_RESPAWN, H_TYPE, H_XP, MANA, MAXHP, MAXMANA, P_MAP, P_MAX_ITEMS, P_MAX_LEVEL,
-    P_POS_SCALE, P_RECALL_CD, P_SPS, P_TIME_LIMIT, P_TPL, P_WAVE_INTERVAL, P_XP_PER_LEVEL, RANGE, SPEED, STUN,
-    S_DMG, S_EVER, S_HPF, S_ITEMS, S_LEVEL, S_MPF, S_STUN, S_TIME, S_X, S_Y, TEAM, TIER, VISION, X, Y,
+    A_ABILITY0,
+    A_ATTACK,
+    A_MOVE,
+    A_NOOP,
+    A_RECALL,
+    AB_COOLDOWN,
+    AB_COST,
+    AB_KIND,
+    ACD,
+    AK_AREA,
+    AK_HASTE,
+    AK_HEAL,
+    AK_NUKE,
+    ALIVE,
+    DMG,
+    G_NEXTWAVE,
+    G_STEP,
+    H_CD0,
+    H_CDRECALL,
+    H_DEATHS,
+    H_GOLD,
+    H_ITEMS,
+    H_KILLS,
+    H_LEVEL,
+    H_RESPAWN,
+    H_TYPE,
+    H_XP,
+    HASTE,
+    HP,
+    MANA,
+    MAXHP,
+    MAXMANA,
+    P_MAP,
+    P_MAX_ITEMS,
+    P_MAX_LEVEL,
+    P_POS_SCALE,
+    P_RECALL_CD,
+    P_SPS,
+    P_TIME_LIMIT,
+    P_TPL,
+    P_WAVE_INTERVAL,
+    P_XP_PER_LEVEL,
+    RANGE,
+    S_DMG,
+    S_EVER,
+    S_HPF,
+    S_ITEMS,
+    S_LEVEL,
+    S_MPF,
+    S_STUN,
+    S_TIME,
+    S_X,
+    S_Y,
+    SPEED,
+    STUN,
+    TEAM,
+    TIER,
+    VISION,
+    X,
+    Y,
 )
 
 
@@ -62,8 +117,7 @@ def _visibility(g: int, u: np.ndarray, vis: np.ndarray, nh: int, sb: int) -> Non
 
 
 @kernel
-def _remember(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, vis: np.ndarray, step: float,
-              hps: int) -> None:
+def _remember(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, vis: np.ndarray, step: float, hps: int) -> None:
     """Refresh each team's last-seen features of the enemy heroes it sees now."""
     for team in range(2):
         for j in range(hps):
@@ -82,10 +136,25 @@ def _remember(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, vis: np.nd
 
 
 @kernel
-def observe_game(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.ndarray, vis: np.ndarray,
-                 obs: np.ndarray, slot_unit: np.ndarray, mtype: np.ndarray, mmove: np.ndarray,
-                 mtarget: np.ndarray, P: np.ndarray, AB: np.ndarray, widths: np.ndarray, n_types: int,
-                 hps: int, sb: int) -> None:
+def observe_game(
+    g: int,
+    u: np.ndarray,
+    h: np.ndarray,
+    seen: np.ndarray,
+    gs: np.ndarray,
+    vis: np.ndarray,
+    obs: np.ndarray,
+    slot_unit: np.ndarray,
+    mtype: np.ndarray,
+    mmove: np.ndarray,
+    mtarget: np.ndarray,
+    P: np.ndarray,
+    AB: np.ndarray,
+    widths: np.ndarray,
+    n_types: int,
+    hps: int,
+    sb: int,
+) -> None:
     """Write the observations, pointer slots and masks of game `g`'s hero rows."""
     nh = 2 * hps
     n = u.shape[1]
@@ -96,7 +165,7 @@ def observe_game(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.
     v2 = widths.shape[0] > 5 and widths[5] == 2
     step = gs[g, G_STEP]
     n_slots = slot_unit.shape[1]
-    n_creep_slots = (n_slots - 1 - (hps - 1) - hps - 2 * sb)
+    n_creep_slots = n_slots - 1 - (hps - 1) - hps - 2 * sb
     _visibility(g, u, vis, nh, sb)
     _remember(g, u, h, seen, vis, step, hps)
     w_self, w_ally, w_enemy, w_creep, w_struct = widths[0], widths[1], widths[2], widths[3], widths[4]
@@ -274,14 +343,51 @@ def observe_game(g: int, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.
             o[b + 6] = math.sqrt(dx * dx + dy * dy) / ps
             o[b + 7] = u[g, k, HP] / u[g, k, MAXHP]
             o[b + 8] = 1.0 if vuln[k - nh] else 0.0
-        _masks(g, i, row, u, h, vis, vuln, obs, slot_unit, mtype, mmove, mtarget, AB, hps, sb, n_creep_slots,
-               off_creep, w_creep, v2)
+        _masks(
+            g,
+            i,
+            row,
+            u,
+            h,
+            vis,
+            vuln,
+            obs,
+            slot_unit,
+            mtype,
+            mmove,
+            mtarget,
+            AB,
+            hps,
+            sb,
+            n_creep_slots,
+            off_creep,
+            w_creep,
+            v2,
+        )
 
 
 @kernel
-def _masks(g: int, i: int, row: int, u: np.ndarray, h: np.ndarray, vis: np.ndarray, vuln: np.ndarray,
-           obs: np.ndarray, slot_unit: np.ndarray, mtype: np.ndarray, mmove: np.ndarray, mtarget: np.ndarray,
-           AB: np.ndarray, hps: int, sb: int, n_creep_slots: int, off_creep: int, w_creep: int, v2: bool) -> None:
+def _masks(
+    g: int,
+    i: int,
+    row: int,
+    u: np.ndarray,
+    h: np.ndarray,
+    vis: np.ndarray,
+    vuln: np.ndarray,
+    obs: np.ndarray,
+    slot_unit: np.ndarray,
+    mtype: np.ndarray,
+    mmove: np.ndarray,
+    mtarget: np.ndarray,
+    AB: np.ndarray,
+    hps: int,
+    sb: int,
+    n_creep_slots: int,
+    off_creep: int,
+    w_creep: int,
+    v2: bool,
+) -> None:
     """Legal types, and legal targets per type. A type that does not use a head allows every
     choice of it; an illegal type that uses the target head allows only slot 0, so that every
     mask row has a legal choice."""
@@ -348,22 +454,48 @@ def _masks(g: int, i: int, row: int, u: np.ndarray, h: np.ndarray, vis: np.ndarr
 
 
 @kernel(parallel=True)
-def observe_all(u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.ndarray, vis: np.ndarray,
-                obs: np.ndarray, slot_unit: np.ndarray, mtype: np.ndarray, mmove: np.ndarray,
-                mtarget: np.ndarray, P: np.ndarray, AB: np.ndarray, widths: np.ndarray, n_types: int,
-                hps: int, sb: int) -> None:
+def observe_all(
+    u: np.ndarray,
+    h: np.ndarray,
+    seen: np.ndarray,
+    gs: np.ndarray,
+    vis: np.ndarray,
+    obs: np.ndarray,
+    slot_unit: np.ndarray,
+    mtype: np.ndarray,
+    mmove: np.ndarray,
+    mtarget: np.ndarray,
+    P: np.ndarray,
+    AB: np.ndarray,
+    widths: np.ndarray,
+    n_types: int,
+    hps: int,
+    sb: int,
+) -> None:
     """Observe every game of the batch, in parallel over games."""
     for g in prange(u.shape[0]):
-        observe_game(g, u, h, seen, gs, vis, obs, slot_unit, mtype, mmove, mtarget, P, AB, widths, n_types,
-                     hps, sb)
+        observe_game(g, u, h, seen, gs, vis, obs, slot_unit, mtype, mmove, mtarget, P, AB, widths, n_types, hps, sb)
 
 
 @kernel
-def observe_serial(u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.ndarray, vis: np.ndarray,
-                   obs: np.ndarray, slot_unit: np.ndarray, mtype: np.ndarray, mmove: np.ndarray,
-                   mtarget: np.ndarray, P: np.ndarray, AB: np.ndarray, widths: np.ndarray, n_types: int,
-                   hps: int, sb: int) -> None:
+def observe_serial(
+    u: np.ndarray,
+    h: np.ndarray,
+    seen: np.ndarray,
+    gs: np.ndarray,
+    vis: np.ndarray,
+    obs: np.ndarray,
+    slot_unit: np.ndarray,
+    mtype: np.ndarray,
+    mmove: np.ndarray,
+    mtarget: np.ndarray,
+    P: np.ndarray,
+    AB: np.ndarray,
+    widths: np.ndarray,
+    n_types: int,
+    hps: int,
+    sb: int,
+) -> None:
     """Observe every game of the batch on this thread."""
     for g in range(u.shape[0]):
-        observe_game(g, u, h, seen, gs, vis, obs, slot_unit, mtype, mmove, mtarget, P, AB, widths, n_types,
-                     hps, sb)
+        observe_game(g, u, h, seen, gs, vis, obs, slot_unit, mtype, mmove, mtarget, P, AB, widths, n_types, hps, sb)

@@ -118,7 +118,9 @@ class Recorder:
         """Record step `step`: `units` float [n, 8] (copied), `events` dicts with kind, x, y."""
         rows = np.asarray(units)
         if rows.ndim != 2 or rows.shape[1] != len(UNIT_COLUMNS):
-            raise GameError(f"replay units must be [n, {len(UNIT_COLUMNS)}] ({', '.join(UNIT_COLUMNS)}), got shape {rows.shape}")
+            raise GameError(
+                f"replay units must be [n, {len(UNIT_COLUMNS)}] ({', '.join(UNIT_COLUMNS)}), got shape {rows.shape}"
+            )
         if self._steps and step < self._steps[-1]:
             raise GameError(f"replay frame step {step} comes before the previous frame's step {self._steps[-1]}")
         for event in events:
@@ -174,7 +176,9 @@ def load_replay(path: str | os.PathLike[str]) -> Replay:
         raise GameError(f"{source} is not a five-actors replay")
     version = document.get("version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise GameError(f"replay {source} has format version {version!r}; this five-actors reads up to {FORMAT_VERSION}")
+        raise GameError(
+            f"replay {source} has format version {version!r}; this five-actors reads up to {FORMAT_VERSION}"
+        )
     columns = _field(document, "columns", list, source)
     if tuple(columns) != UNIT_COLUMNS:
         raise GameError(f"replay {source} has unit columns {columns}, expected {list(UNIT_COLUMNS)}")
@@ -196,7 +200,10 @@ def load_replay(path: str | os.PathLike[str]) -> Replay:
     width = len(UNIT_COLUMNS)
     expected = int(counts.sum()) * width * _UNIT_DTYPE.itemsize
     if expected > MAX_UNIT_BYTES:
-        raise GameError(f"replay {source} is corrupt or too large: its counts say {expected} bytes of units, at most {MAX_UNIT_BYTES} are read")
+        raise GameError(
+            f"replay {source} is corrupt or too large: its counts say {expected} bytes of units, at most "
+            f"{MAX_UNIT_BYTES} are read"
+        )
     try:
         # Inflated no further than the counts say (one byte more shows a surplus): a small file cannot claim gigabytes.
         inflater = zlib.decompressobj()
@@ -211,9 +218,7 @@ def load_replay(path: str | os.PathLike[str]) -> Replay:
     # Frames are views into one array: loading does not copy the units again.
     units = np.frombuffer(raw_units, dtype=_UNIT_DTYPE).reshape(-1, width)
     bounds = np.concatenate([[0], np.cumsum(counts)])
-    frames = [
-        Frame(int(steps[i]), units[bounds[i]:bounds[i + 1]], list(events[i])) for i in range(len(steps))
-    ]
+    frames = [Frame(int(steps[i]), units[bounds[i] : bounds[i + 1]], list(events[i])) for i in range(len(steps))]
     if not frames:
         raise GameError(f"replay {source} has no frames")
     missing = [key for key in REQUIRED_META if key not in meta]

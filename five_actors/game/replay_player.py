@@ -26,7 +26,13 @@ import orjson
 
 from five_actors.errors import GameError
 from five_actors.game.replay import (
-    COLUMN, KIND_ANCIENT, KIND_CREEP, KIND_HERO, KIND_TOWER, UNIT_COLUMNS, Replay,
+    COLUMN,
+    KIND_ANCIENT,
+    KIND_CREEP,
+    KIND_HERO,
+    KIND_TOWER,
+    UNIT_COLUMNS,
+    Replay,
 )
 
 TEAM_SYMBOLS = {KIND_CREEP: ("o", "x"), KIND_TOWER: ("#", "%"), KIND_ANCIENT: ("@", "&")}
@@ -73,7 +79,10 @@ def map_cell(x: float, y: float, map_size: float, width: int, height: int) -> tu
 
 @functools.lru_cache(maxsize=8)
 def _lane_cells(
-    lanes: tuple[tuple[tuple[float, float], ...], ...], map_size: float, width: int, height: int,
+    lanes: tuple[tuple[tuple[float, float], ...], ...],
+    map_size: float,
+    width: int,
+    height: int,
 ) -> frozenset[tuple[int, int]]:
     """The grid cells the lanes pass through; the same for every frame, so computed once."""
     cells = set()
@@ -113,7 +122,9 @@ def render_frame(replay: Replay, index: int, width: int = 64, color: bool = Fals
                 symbol = _hero_symbol(meta.get("hero_types", []), int(row_values[COLUMN["type"]]), team)
             else:
                 symbol = TEAM_SYMBOLS[kind][1 if team else 0]
-            row, column = map_cell(float(row_values[COLUMN["x"]]), float(row_values[COLUMN["y"]]), map_size, width, height)
+            row, column = map_cell(
+                float(row_values[COLUMN["x"]]), float(row_values[COLUMN["y"]]), map_size, width, height
+            )
             grid[row][column] = (symbol, team)
 
     def paint(cell: tuple[str, Any]) -> str:
@@ -145,8 +156,13 @@ def render_frame(replay: Replay, index: int, width: int = 64, color: bool = Fals
 
 
 def play_terminal(
-    replay: Replay, speed: float = 1.0, from_step: int | None = None, once: bool = False,
-    width: int | None = None, out: IO[str] = sys.stdout, color: bool | None = None,
+    replay: Replay,
+    speed: float = 1.0,
+    from_step: int | None = None,
+    once: bool = False,
+    width: int | None = None,
+    out: IO[str] = sys.stdout,
+    color: bool | None = None,
 ) -> int:
     """Show the replay from `from_step` at `speed` times real time (or one frame with `once`); Ctrl-C stops.
 

@@ -14,15 +14,95 @@ import numpy as np
 
 from five_actors.game.jit import kernel
 from five_actors.game.state import (
-    AB_COOLDOWN, AB_COST, AB_DURATION, AB_KIND, AB_RADIUS, AB_RANGE, AB_VALUE, ACD, AK_AREA, AK_HASTE, AK_HEAL,
-    AK_NUKE, ALIVE, A_ABILITY0, A_ABILITY2, A_ATTACK, A_MOVE, A_NOOP, A_RECALL, DMG, EV_ABILITY, EV_RECALL,
-    G_NEXTWAVE, G_WINNER, HASTE, HASTE_FACTOR, HITHERO, HP, HT_DMG, HT_DMG_GAIN, HT_HP, HT_HP_GAIN, HT_HP_REGEN,
-    HT_MANA, HT_MANA_GAIN, HT_MP_REGEN, HT_PERIOD, HT_RANGE, HT_SPEED, H_CD0, H_CDRECALL, H_GOLD, H_HPREGEN,
-    H_ITEMS, H_LEVEL, H_MPREGEN, H_PREVHPF, H_PREVMPF, H_TYPE, KIND, KIND_ANCIENT, KIND_CREEP, KIND_HERO,
-    KIND_TOWER, LANE, MANA, MAXHP, MAXMANA, NX_SCRATCH, NY_SCRATCH, PERIOD, PREVHPF, P_ANCIENT_HP,
-    P_HERO_VISION, P_HPS, P_MAP, P_RECALL_CD, P_START_GOLD, P_TOWER_DMG, P_TOWER_HP, P_TOWER_RANGE,
-    P_TOWER_VISION, P_TPL, RANGE, SC_BEST, SC_BESTDMG, SC_DMG, SC_HASTE, SC_HEAL, SC_STUN, SPEED, STUN, TEAM,
-    TGT, TIER, VISION, WP, X, Y,
+    A_ABILITY0,
+    A_ABILITY2,
+    A_ATTACK,
+    A_MOVE,
+    A_NOOP,
+    A_RECALL,
+    AB_COOLDOWN,
+    AB_COST,
+    AB_DURATION,
+    AB_KIND,
+    AB_RADIUS,
+    AB_RANGE,
+    AB_VALUE,
+    ACD,
+    AK_AREA,
+    AK_HASTE,
+    AK_HEAL,
+    AK_NUKE,
+    ALIVE,
+    DMG,
+    EV_ABILITY,
+    EV_RECALL,
+    G_NEXTWAVE,
+    G_WINNER,
+    H_CD0,
+    H_CDRECALL,
+    H_GOLD,
+    H_HPREGEN,
+    H_ITEMS,
+    H_LEVEL,
+    H_MPREGEN,
+    H_PREVHPF,
+    H_PREVMPF,
+    H_TYPE,
+    HASTE,
+    HASTE_FACTOR,
+    HITHERO,
+    HP,
+    HT_DMG,
+    HT_DMG_GAIN,
+    HT_HP,
+    HT_HP_GAIN,
+    HT_HP_REGEN,
+    HT_MANA,
+    HT_MANA_GAIN,
+    HT_MP_REGEN,
+    HT_PERIOD,
+    HT_RANGE,
+    HT_SPEED,
+    KIND,
+    KIND_ANCIENT,
+    KIND_CREEP,
+    KIND_HERO,
+    KIND_TOWER,
+    LANE,
+    MANA,
+    MAXHP,
+    MAXMANA,
+    NX_SCRATCH,
+    NY_SCRATCH,
+    P_ANCIENT_HP,
+    P_HERO_VISION,
+    P_HPS,
+    P_MAP,
+    P_RECALL_CD,
+    P_START_GOLD,
+    P_TOWER_DMG,
+    P_TOWER_HP,
+    P_TOWER_RANGE,
+    P_TOWER_VISION,
+    P_TPL,
+    PERIOD,
+    PREVHPF,
+    RANGE,
+    SC_BEST,
+    SC_BESTDMG,
+    SC_DMG,
+    SC_HASTE,
+    SC_HEAL,
+    SC_STUN,
+    SPEED,
+    STUN,
+    TEAM,
+    TGT,
+    TIER,
+    VISION,
+    WP,
+    X,
+    Y,
 )
 
 ITEM_DAMAGE, ITEM_HEALTH, ITEM_MANA = 12.0, 150.0, 120.0
@@ -62,8 +142,18 @@ def _refresh_hero(u: np.ndarray, h: np.ndarray, g: int, i: int, HT: np.ndarray) 
 
 
 @kernel
-def reset_game(g: int, types: np.ndarray, u: np.ndarray, h: np.ndarray, seen: np.ndarray, gs: np.ndarray,
-               P: np.ndarray, HT: np.ndarray, SPOS: np.ndarray, FOUNT: np.ndarray) -> None:
+def reset_game(
+    g: int,
+    types: np.ndarray,
+    u: np.ndarray,
+    h: np.ndarray,
+    seen: np.ndarray,
+    gs: np.ndarray,
+    P: np.ndarray,
+    HT: np.ndarray,
+    SPOS: np.ndarray,
+    FOUNT: np.ndarray,
+) -> None:
     """Start game `g` afresh with hero types `types[heroes]`."""
     hps = int(P[P_HPS])
     nh = 2 * hps
@@ -163,8 +253,9 @@ def _hit(sc: np.ndarray, g: int, target: int, attacker: int, amount: float, nh: 
 
 
 @kernel
-def _move_toward(u: np.ndarray, sc: np.ndarray, g: int, k: int, tx: float, ty: float, speed: float,
-                 stop_at: float) -> None:
+def _move_toward(
+    u: np.ndarray, sc: np.ndarray, g: int, k: int, tx: float, ty: float, speed: float, stop_at: float
+) -> None:
     dx = tx - u[g, k, X]
     dy = ty - u[g, k, Y]
     d = math.sqrt(dx * dx + dy * dy)
@@ -175,10 +266,23 @@ def _move_toward(u: np.ndarray, sc: np.ndarray, g: int, k: int, tx: float, ty: f
 
 
 @kernel
-def _hero_orders(g: int, actions: np.ndarray, u: np.ndarray, h: np.ndarray, sc: np.ndarray, ev: np.ndarray,
-                 nev: np.ndarray, slot_unit: np.ndarray, mtype: np.ndarray, mmove: np.ndarray,
-                 mtarget: np.ndarray, illegal: np.ndarray, P: np.ndarray, AB: np.ndarray,
-                 FOUNT: np.ndarray) -> None:
+def _hero_orders(
+    g: int,
+    actions: np.ndarray,
+    u: np.ndarray,
+    h: np.ndarray,
+    sc: np.ndarray,
+    ev: np.ndarray,
+    nev: np.ndarray,
+    slot_unit: np.ndarray,
+    mtype: np.ndarray,
+    mmove: np.ndarray,
+    mtarget: np.ndarray,
+    illegal: np.ndarray,
+    P: np.ndarray,
+    AB: np.ndarray,
+    FOUNT: np.ndarray,
+) -> None:
     """Phase 1 for heroes: check each order against the masks it was given, then act on it."""
     nh = 2 * int(P[P_HPS])
     S = P[P_MAP]
@@ -319,8 +423,9 @@ def _nearest_structure(u: np.ndarray, g: int, k: int, nh: int, sb: int, tpl: int
 
 
 @kernel
-def _npc_orders(g: int, u: np.ndarray, sc: np.ndarray, P: np.ndarray, WPTS: np.ndarray, nh: int, sb: int,
-                tpl: int) -> None:
+def _npc_orders(
+    g: int, u: np.ndarray, sc: np.ndarray, P: np.ndarray, WPTS: np.ndarray, nh: int, sb: int, tpl: int
+) -> None:
     """Phase 1 for towers and creeps: each fights what `_npc_target` picks in its range (a creep:
     its aggro range, the creep vision), or a creep walks its lane."""
     n = u.shape[1]

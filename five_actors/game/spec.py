@@ -19,15 +19,40 @@ from five_actors.game.config import GameConfig
 from five_actors.game.layout import ActionHead, ActionSpec, EntityBlock, ObsSpec
 from five_actors.game.state import DIRECTIONS
 
-SELF_V1 = ("alive", "hp_frac", "mana_frac", "x", "y", "level", "xp_frac", "gold", "respawn", "attack_damage",
-           "attack_range", "attack_ready", "speed", "stunned", "hasted", "cd_0", "cd_1", "cd_2", "ready_0",
-           "ready_1", "ready_2", "items", "time", "own_ancient", "enemy_ancient", "own_towers", "enemy_towers",
-           "next_wave")
+SELF_V1 = (
+    "alive",
+    "hp_frac",
+    "mana_frac",
+    "x",
+    "y",
+    "level",
+    "xp_frac",
+    "gold",
+    "respawn",
+    "attack_damage",
+    "attack_range",
+    "attack_ready",
+    "speed",
+    "stunned",
+    "hasted",
+    "cd_0",
+    "cd_1",
+    "cd_2",
+    "ready_0",
+    "ready_1",
+    "ready_2",
+    "items",
+    "time",
+    "own_ancient",
+    "enemy_ancient",
+    "own_towers",
+    "enemy_towers",
+    "next_wave",
+)
 SELF_V2 = ("recall_cd", "kills", "deaths")
 ALLY_V1 = ("present", "alive", "dx", "dy", "dist", "hp_frac", "mana_frac", "level", "respawn", "stunned")
 ALLY_V2 = ("items",)
-ENEMY_V1 = ("present", "visible", "since_seen", "alive", "dx", "dy", "dist", "hp_frac", "mana_frac", "level",
-            "stunned")
+ENEMY_V1 = ("present", "visible", "since_seen", "alive", "dx", "dy", "dist", "hp_frac", "mana_frac", "level", "stunned")
 ENEMY_V2 = ("attack_damage", "items")
 CREEP_V1 = ("present", "enemy", "dx", "dy", "dist", "hp_frac", "last_hittable", "deniable")
 CREEP_V2 = ()
@@ -63,8 +88,13 @@ def obs_spec(version: int = 1, cfg: GameConfig | None = None) -> ObsSpec:
     """The observation layout of the lane game (default config unless `cfg` is given)."""
     cfg = cfg or GameConfig()
     features = block_features(version, cfg)
-    slots = {"self": 1, "allies": cfg.heroes_per_side - 1, "enemies": cfg.heroes_per_side,
-             "creeps": cfg.creep_slots, "structures": 2 * cfg.structures_per_side}
+    slots = {
+        "self": 1,
+        "allies": cfg.heroes_per_side - 1,
+        "enemies": cfg.heroes_per_side,
+        "creeps": cfg.creep_slots,
+        "structures": 2 * cfg.structures_per_side,
+    }
     return ObsSpec(tuple(EntityBlock(name, slots[name], features[name]) for name in POINTER_BLOCKS), version)
 
 

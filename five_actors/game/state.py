@@ -19,14 +19,56 @@ import numpy as np
 from five_actors.game.config import HERO_TYPE_NAMES, GameConfig
 
 # Unit columns (float32 [games, units, UNIT_COLUMNS]).
-(X, Y, HP, MAXHP, MANA, MAXMANA, TEAM, KIND, ALIVE, DMG, RANGE, PERIOD, ACD, SPEED, STUN, HASTE, LANE, WP,
- TGT, VISION, HITHERO, TIER, PREVHPF) = range(23)
+(
+    X,
+    Y,
+    HP,
+    MAXHP,
+    MANA,
+    MAXMANA,
+    TEAM,
+    KIND,
+    ALIVE,
+    DMG,
+    RANGE,
+    PERIOD,
+    ACD,
+    SPEED,
+    STUN,
+    HASTE,
+    LANE,
+    WP,
+    TGT,
+    VISION,
+    HITHERO,
+    TIER,
+    PREVHPF,
+) = range(23)
 UNIT_COLUMNS = 23
 KIND_HERO, KIND_CREEP, KIND_TOWER, KIND_ANCIENT = 0, 1, 2, 3
 
 # Hero columns (float32 [games, heroes, HERO_COLUMNS]); CD0..CD0+2 are the ability cooldowns.
-(H_TYPE, H_LEVEL, H_XP, H_GOLD, H_SPENT, H_ITEMS, H_RESPAWN, H_CD0, H_CD1, H_CD2, H_CDRECALL, H_PREVHPF,
- H_PREVMPF, H_KILLS, H_DEATHS, H_LASTHITS, H_DENIES, H_HPREGEN, H_MPREGEN) = range(19)
+(
+    H_TYPE,
+    H_LEVEL,
+    H_XP,
+    H_GOLD,
+    H_SPENT,
+    H_ITEMS,
+    H_RESPAWN,
+    H_CD0,
+    H_CD1,
+    H_CD2,
+    H_CDRECALL,
+    H_PREVHPF,
+    H_PREVMPF,
+    H_KILLS,
+    H_DEATHS,
+    H_LASTHITS,
+    H_DENIES,
+    H_HPREGEN,
+    H_MPREGEN,
+) = range(19)
 HERO_COLUMNS = 19
 
 # Last-seen enemy hero features (float32 [games, observer team, heroes_per_side, SEEN_COLUMNS]).
@@ -43,10 +85,24 @@ G_STEP, G_NEXTWAVE, G_WINNER, G_DONE = range(4)
 GAME_COLUMNS = 4
 
 # Reward components, in the order of REWARD_NAMES.
-REWARD_NAMES = ("win", "hero_death", "xp", "gold", "health", "mana", "kill", "last_hit", "deny", "tower", "ancient",
-                "gold_spent", "lane")
-(C_WIN, C_DEATH, C_XP, C_GOLD, C_HEALTH, C_MANA, C_KILL, C_LASTHIT, C_DENY, C_TOWER, C_ANCIENT,
- C_SPENT, C_LANE) = range(13)
+REWARD_NAMES = (
+    "win",
+    "hero_death",
+    "xp",
+    "gold",
+    "health",
+    "mana",
+    "kill",
+    "last_hit",
+    "deny",
+    "tower",
+    "ancient",
+    "gold_spent",
+    "lane",
+)
+(C_WIN, C_DEATH, C_XP, C_GOLD, C_HEALTH, C_MANA, C_KILL, C_LASTHIT, C_DENY, C_TOWER, C_ANCIENT, C_SPENT, C_LANE) = (
+    range(13)
+)
 REWARD_COMPONENTS = 13
 
 # Events (float32 [games, MAX_EVENTS, EVENT_COLUMNS]): kind, x, y, a, b.
@@ -60,8 +116,19 @@ A_NOOP, A_MOVE, A_ATTACK, A_ABILITY0, A_ABILITY1, A_ABILITY2, A_RECALL = range(7
 DIRECTIONS = 8
 
 # Hero type table columns.
-(HT_HP, HT_MANA, HT_DMG, HT_RANGE, HT_PERIOD, HT_SPEED, HT_HP_GAIN, HT_DMG_GAIN, HT_MANA_GAIN, HT_HP_REGEN,
- HT_MP_REGEN) = range(11)
+(
+    HT_HP,
+    HT_MANA,
+    HT_DMG,
+    HT_RANGE,
+    HT_PERIOD,
+    HT_SPEED,
+    HT_HP_GAIN,
+    HT_DMG_GAIN,
+    HT_MANA_GAIN,
+    HT_HP_REGEN,
+    HT_MP_REGEN,
+) = range(11)
 # Ability table columns and kinds: a nuke hits one enemy unit; an area hits and stuns enemies
 # around an enemy hero; a heal targets an allied hero (or self); haste speeds the caster up.
 AB_KIND, AB_VALUE, AB_RANGE, AB_RADIUS, AB_DURATION, AB_COST, AB_COOLDOWN = range(7)
@@ -72,30 +139,85 @@ _NUKE, _AREA, _HEAL, _HASTE = float(AK_NUKE), float(AK_AREA), float(AK_HEAL), fl
 HERO_TABLE: dict[str, tuple[tuple[float, ...], tuple[tuple[float, ...], ...]]] = {
     # name: (hp, mana, damage, range, attack period, speed, hp/dmg/mana per level, hp/mana regen),
     #       3 abilities (kind, value, cast range, radius, duration, mana cost, cooldown)
-    "knight": ((650, 250, 42, 2.0, 7, 0.95, 60, 3.0, 20, 0.5, 0.3),
-               ((_AREA, 70, 5, 4, 12, 90, 90), (_NUKE, 110, 6, 0, 0, 70, 60), (_HASTE, 0, 0, 0, 30, 50, 100))),
-    "ranger": ((520, 260, 48, 7.0, 7, 1.0, 45, 4.0, 20, 0.35, 0.4),
-               ((_NUKE, 130, 9, 0, 0, 80, 55), (_HASTE, 0, 0, 0, 25, 40, 90), (_AREA, 50, 8, 3, 8, 100, 110))),
-    "mage": ((470, 420, 34, 6.5, 8, 0.95, 40, 2.5, 35, 0.3, 0.8),
-             ((_NUKE, 200, 8, 0, 0, 120, 70), (_AREA, 100, 8, 5, 6, 130, 100), (_NUKE, 90, 7, 0, 0, 60, 35))),
-    "priest": ((500, 400, 30, 6.0, 8, 0.95, 45, 2.5, 30, 0.35, 0.8),
-               ((_HEAL, 180, 8, 0, 0, 100, 60), (_AREA, 60, 7, 4, 14, 110, 100), (_HEAL, 90, 8, 0, 0, 50, 30))),
-    "brute": ((780, 200, 52, 1.8, 7, 0.95, 70, 3.5, 15, 0.6, 0.25),
-              ((_HASTE, 0, 0, 0, 35, 40, 80), (_NUKE, 120, 3, 0, 0, 80, 50), (_AREA, 80, 3, 5, 10, 100, 100))),
+    "knight": (
+        (650, 250, 42, 2.0, 7, 0.95, 60, 3.0, 20, 0.5, 0.3),
+        ((_AREA, 70, 5, 4, 12, 90, 90), (_NUKE, 110, 6, 0, 0, 70, 60), (_HASTE, 0, 0, 0, 30, 50, 100)),
+    ),
+    "ranger": (
+        (520, 260, 48, 7.0, 7, 1.0, 45, 4.0, 20, 0.35, 0.4),
+        ((_NUKE, 130, 9, 0, 0, 80, 55), (_HASTE, 0, 0, 0, 25, 40, 90), (_AREA, 50, 8, 3, 8, 100, 110)),
+    ),
+    "mage": (
+        (470, 420, 34, 6.5, 8, 0.95, 40, 2.5, 35, 0.3, 0.8),
+        ((_NUKE, 200, 8, 0, 0, 120, 70), (_AREA, 100, 8, 5, 6, 130, 100), (_NUKE, 90, 7, 0, 0, 60, 35)),
+    ),
+    "priest": (
+        (500, 400, 30, 6.0, 8, 0.95, 45, 2.5, 30, 0.35, 0.8),
+        ((_HEAL, 180, 8, 0, 0, 100, 60), (_AREA, 60, 7, 4, 14, 110, 100), (_HEAL, 90, 8, 0, 0, 50, 30)),
+    ),
+    "brute": (
+        (780, 200, 52, 1.8, 7, 0.95, 70, 3.5, 15, 0.6, 0.25),
+        ((_HASTE, 0, 0, 0, 35, 40, 80), (_NUKE, 120, 3, 0, 0, 80, 50), (_AREA, 80, 3, 5, 10, 100, 100)),
+    ),
 }
 assert tuple(HERO_TABLE) == HERO_TYPE_NAMES
 
 # The kernels' parameter vector: one float64 per name (a GameConfig field or a derived value).
 PARAM_NAMES = (
-    "map_size", "time_limit_steps", "towers_per_lane", "tower_hp", "tower_damage", "tower_range", "ancient_hp",
-    "creep_wave_interval", "creeps_per_wave", "creep_hp", "creep_damage", "creep_speed", "hero_speed",
-    "creep_gold", "creep_xp", "deny_xp_fraction", "hero_kill_gold", "hero_kill_xp", "tower_gold",
-    "passive_gold_per_step", "start_gold", "xp_radius", "xp_per_level", "max_level", "respawn_base_steps",
-    "respawn_per_level_steps", "item_cost", "max_items", "hero_vision", "creep_vision", "tower_vision",
-    "fountain_regen", "recall_cooldown", "reward_win", "reward_hero_death", "reward_xp", "reward_gold",
-    "reward_health", "reward_mana", "reward_kill", "reward_last_hit", "reward_deny", "reward_ancient",
-    "reward_gold_spent", "team_spirit", "steps_per_second", "version", "lanes", "heroes_per_side", "creep_slots",
-    "decay_per_step", "pos_scale", "reward_lane", "lane_width",
+    "map_size",
+    "time_limit_steps",
+    "towers_per_lane",
+    "tower_hp",
+    "tower_damage",
+    "tower_range",
+    "ancient_hp",
+    "creep_wave_interval",
+    "creeps_per_wave",
+    "creep_hp",
+    "creep_damage",
+    "creep_speed",
+    "hero_speed",
+    "creep_gold",
+    "creep_xp",
+    "deny_xp_fraction",
+    "hero_kill_gold",
+    "hero_kill_xp",
+    "tower_gold",
+    "passive_gold_per_step",
+    "start_gold",
+    "xp_radius",
+    "xp_per_level",
+    "max_level",
+    "respawn_base_steps",
+    "respawn_per_level_steps",
+    "item_cost",
+    "max_items",
+    "hero_vision",
+    "creep_vision",
+    "tower_vision",
+    "fountain_regen",
+    "recall_cooldown",
+    "reward_win",
+    "reward_hero_death",
+    "reward_xp",
+    "reward_gold",
+    "reward_health",
+    "reward_mana",
+    "reward_kill",
+    "reward_last_hit",
+    "reward_deny",
+    "reward_ancient",
+    "reward_gold_spent",
+    "team_spirit",
+    "steps_per_second",
+    "version",
+    "lanes",
+    "heroes_per_side",
+    "creep_slots",
+    "decay_per_step",
+    "pos_scale",
+    "reward_lane",
+    "lane_width",
 )
 
 

@@ -11,25 +11,130 @@ from numba import prange
 from five_actors.game.jit import kernel
 from five_actors.game.sim import _event, _hero_orders, _npc_orders, _refresh_hero
 from five_actors.game.state import (
-    ACD, ALIVE, DMG, C_ANCIENT, C_DEATH, C_DENY, C_GOLD, C_HEALTH, C_KILL, C_LANE, C_LASTHIT, C_MANA, C_SPENT,
-    C_TOWER, C_WIN, C_XP,
-    EV_ANCIENT, EV_DENY, EV_KILL, EV_LASTHIT, EV_TOWER, FOUNTAIN_RADIUS, G_DONE, G_NEXTWAVE, G_STEP, G_WINNER,
-    H_CD0, H_CDRECALL, H_DEATHS, H_DENIES, H_GOLD, H_HPREGEN, H_ITEMS, H_KILLS, H_LASTHITS, H_LEVEL, H_MPREGEN,
-    H_PREVHPF, H_PREVMPF, H_RESPAWN, H_SPENT, H_TYPE, H_XP, HASTE, HITHERO, HP, KIND, KIND_ANCIENT, KIND_CREEP,
-    KIND_HERO, KIND_TOWER, LANE, MANA, MAXHP, MAXMANA, NX_SCRATCH, NY_SCRATCH, P_CREEP_DMG, P_CREEP_GOLD,
-    P_CREEP_HP, P_CREEP_SPEED, P_CREEP_VISION, P_CREEP_XP, P_CREEPS_PER_WAVE, P_DECAY_PER_STEP, P_DENY_XP,
-    P_FOUNTAIN_REGEN, P_HPS, P_ITEM_COST, P_KILL_GOLD, P_KILL_XP, P_LANE_WIDTH, P_LANES, P_MAX_ITEMS, P_MAX_LEVEL,
-    P_PASSIVE_GOLD, P_R_ANCIENT, P_R_DEATH, P_R_DENY, P_R_GOLD, P_R_HEALTH, P_R_KILL, P_R_LANE, P_R_LASTHIT,
-    P_R_MANA, P_R_SPENT, P_R_WIN, P_R_XP, P_RESPAWN_BASE, P_RESPAWN_PER_LEVEL, P_SPS, P_TEAM_SPIRIT, P_TIME_LIMIT,
-    P_TOWER_GOLD, P_TPL,
-    P_WAVE_INTERVAL, P_XP_PER_LEVEL, P_XP_RADIUS, PERIOD, PREVHPF, RANGE, REWARD_COMPONENTS, SC_BEST, SC_DMG,
-    SC_HASTE, SC_HEAL, SC_STUN, SPEED, STUN, TEAM, TGT, TIER, VISION, WP, X, Y, SC_BESTDMG,
+    ACD,
+    ALIVE,
+    C_ANCIENT,
+    C_DEATH,
+    C_DENY,
+    C_GOLD,
+    C_HEALTH,
+    C_KILL,
+    C_LANE,
+    C_LASTHIT,
+    C_MANA,
+    C_SPENT,
+    C_TOWER,
+    C_WIN,
+    C_XP,
+    DMG,
+    EV_ANCIENT,
+    EV_DENY,
+    EV_KILL,
+    EV_LASTHIT,
+    EV_TOWER,
+    FOUNTAIN_RADIUS,
+    G_DONE,
+    G_NEXTWAVE,
+    G_STEP,
+    G_WINNER,
+    H_CD0,
+    H_CDRECALL,
+    H_DEATHS,
+    H_DENIES,
+    H_GOLD,
+    H_HPREGEN,
+    H_ITEMS,
+    H_KILLS,
+    H_LASTHITS,
+    H_LEVEL,
+    H_MPREGEN,
+    H_PREVHPF,
+    H_PREVMPF,
+    H_RESPAWN,
+    H_SPENT,
+    H_TYPE,
+    H_XP,
+    HASTE,
+    HITHERO,
+    HP,
+    KIND,
+    KIND_ANCIENT,
+    KIND_CREEP,
+    KIND_HERO,
+    KIND_TOWER,
+    LANE,
+    MANA,
+    MAXHP,
+    MAXMANA,
+    NX_SCRATCH,
+    NY_SCRATCH,
+    P_CREEP_DMG,
+    P_CREEP_GOLD,
+    P_CREEP_HP,
+    P_CREEP_SPEED,
+    P_CREEP_VISION,
+    P_CREEP_XP,
+    P_CREEPS_PER_WAVE,
+    P_DECAY_PER_STEP,
+    P_DENY_XP,
+    P_FOUNTAIN_REGEN,
+    P_HPS,
+    P_ITEM_COST,
+    P_KILL_GOLD,
+    P_KILL_XP,
+    P_LANE_WIDTH,
+    P_LANES,
+    P_MAX_ITEMS,
+    P_MAX_LEVEL,
+    P_PASSIVE_GOLD,
+    P_R_ANCIENT,
+    P_R_DEATH,
+    P_R_DENY,
+    P_R_GOLD,
+    P_R_HEALTH,
+    P_R_KILL,
+    P_R_LANE,
+    P_R_LASTHIT,
+    P_R_MANA,
+    P_R_SPENT,
+    P_R_WIN,
+    P_R_XP,
+    P_RESPAWN_BASE,
+    P_RESPAWN_PER_LEVEL,
+    P_SPS,
+    P_TEAM_SPIRIT,
+    P_TIME_LIMIT,
+    P_TOWER_GOLD,
+    P_TPL,
+    P_WAVE_INTERVAL,
+    P_XP_PER_LEVEL,
+    P_XP_RADIUS,
+    PERIOD,
+    PREVHPF,
+    RANGE,
+    REWARD_COMPONENTS,
+    SC_BEST,
+    SC_BESTDMG,
+    SC_DMG,
+    SC_HASTE,
+    SC_HEAL,
+    SC_STUN,
+    SPEED,
+    STUN,
+    TEAM,
+    TGT,
+    TIER,
+    VISION,
+    WP,
+    X,
+    Y,
 )
 
 
 @kernel
-def _gain(u: np.ndarray, h: np.ndarray, acc: np.ndarray, g: int, i: int, gold: float, xp: float, P: np.ndarray,
-          HT: np.ndarray) -> None:
+def _gain(
+    u: np.ndarray, h: np.ndarray, acc: np.ndarray, g: int, i: int, gold: float, xp: float, P: np.ndarray, HT: np.ndarray
+) -> None:
     """Give hero `i` gold and XP, levelling it up as far as its XP reaches."""
     h[g, i, H_GOLD] += gold
     acc[g, i, C_GOLD] += gold
@@ -49,8 +154,18 @@ def _gain(u: np.ndarray, h: np.ndarray, acc: np.ndarray, g: int, i: int, gold: f
 
 
 @kernel
-def _share_xp(u: np.ndarray, h: np.ndarray, acc: np.ndarray, g: int, team: int, x: float, y: float,
-              amount: float, P: np.ndarray, HT: np.ndarray) -> None:
+def _share_xp(
+    u: np.ndarray,
+    h: np.ndarray,
+    acc: np.ndarray,
+    g: int,
+    team: int,
+    x: float,
+    y: float,
+    amount: float,
+    P: np.ndarray,
+    HT: np.ndarray,
+) -> None:
     """Split `amount` XP between the living heroes of `team` within xp_radius of (x, y)."""
     hps = int(P[P_HPS])
     r2 = P[P_XP_RADIUS] ** 2
@@ -66,8 +181,20 @@ def _share_xp(u: np.ndarray, h: np.ndarray, acc: np.ndarray, g: int, team: int, 
 
 
 @kernel
-def _die(g: int, k: int, u: np.ndarray, h: np.ndarray, gs: np.ndarray, acc: np.ndarray, sc: np.ndarray,
-         ev: np.ndarray, nev: np.ndarray, P: np.ndarray, HT: np.ndarray, RT: np.ndarray) -> None:
+def _die(
+    g: int,
+    k: int,
+    u: np.ndarray,
+    h: np.ndarray,
+    gs: np.ndarray,
+    acc: np.ndarray,
+    sc: np.ndarray,
+    ev: np.ndarray,
+    nev: np.ndarray,
+    P: np.ndarray,
+    HT: np.ndarray,
+    RT: np.ndarray,
+) -> None:
     """Resolve the death of unit `k`: bounties, XP, denies, respawn timers, structure rewards, the winner."""
     hps = int(P[P_HPS])
     team = int(u[g, k, TEAM])
@@ -174,11 +301,31 @@ def _spawn_wave(g: int, u: np.ndarray, P: np.ndarray, WPTS: np.ndarray, c0: int)
 
 
 @kernel
-def step_game(g: int, actions: np.ndarray, u: np.ndarray, h: np.ndarray, gs: np.ndarray, acc: np.ndarray,
-              sc: np.ndarray, ev: np.ndarray, nev: np.ndarray, slot_unit: np.ndarray, mtype: np.ndarray,
-              mmove: np.ndarray, mtarget: np.ndarray, illegal: np.ndarray, rewards: np.ndarray,
-              comps: np.ndarray, P: np.ndarray, HT: np.ndarray, AB: np.ndarray, RT: np.ndarray,
-              WPTS: np.ndarray, SPOS: np.ndarray, FOUNT: np.ndarray) -> None:
+def step_game(
+    g: int,
+    actions: np.ndarray,
+    u: np.ndarray,
+    h: np.ndarray,
+    gs: np.ndarray,
+    acc: np.ndarray,
+    sc: np.ndarray,
+    ev: np.ndarray,
+    nev: np.ndarray,
+    slot_unit: np.ndarray,
+    mtype: np.ndarray,
+    mmove: np.ndarray,
+    mtarget: np.ndarray,
+    illegal: np.ndarray,
+    rewards: np.ndarray,
+    comps: np.ndarray,
+    P: np.ndarray,
+    HT: np.ndarray,
+    AB: np.ndarray,
+    RT: np.ndarray,
+    WPTS: np.ndarray,
+    SPOS: np.ndarray,
+    FOUNT: np.ndarray,
+) -> None:
     """Advance game `g` by one step and write its rows' rewards and reward components."""
     hps = int(P[P_HPS])
     nh = 2 * hps
@@ -306,8 +453,18 @@ def health_score(x: float) -> float:
 
 
 @kernel
-def _rewards(g: int, u: np.ndarray, h: np.ndarray, gs: np.ndarray, acc: np.ndarray, rewards: np.ndarray,
-             comps: np.ndarray, P: np.ndarray, nh: int, hps: int) -> None:
+def _rewards(
+    g: int,
+    u: np.ndarray,
+    h: np.ndarray,
+    gs: np.ndarray,
+    acc: np.ndarray,
+    rewards: np.ndarray,
+    comps: np.ndarray,
+    P: np.ndarray,
+    nh: int,
+    hps: int,
+) -> None:
     """Weighted, time-decayed components per hero; then team spirit and zero-sum across teams."""
     decay = math.exp(P[P_DECAY_PER_STEP] * gs[g, G_STEP])
     rho = np.zeros(nh)
@@ -355,24 +512,108 @@ def _rewards(g: int, u: np.ndarray, h: np.ndarray, gs: np.ndarray, acc: np.ndarr
 
 
 @kernel(parallel=True)
-def step_all(actions: np.ndarray, u: np.ndarray, h: np.ndarray, gs: np.ndarray, acc: np.ndarray,
-             sc: np.ndarray, ev: np.ndarray, nev: np.ndarray, slot_unit: np.ndarray, mtype: np.ndarray,
-             mmove: np.ndarray, mtarget: np.ndarray, illegal: np.ndarray, rewards: np.ndarray,
-             comps: np.ndarray, P: np.ndarray, HT: np.ndarray, AB: np.ndarray, RT: np.ndarray,
-             WPTS: np.ndarray, SPOS: np.ndarray, FOUNT: np.ndarray) -> None:
+def step_all(
+    actions: np.ndarray,
+    u: np.ndarray,
+    h: np.ndarray,
+    gs: np.ndarray,
+    acc: np.ndarray,
+    sc: np.ndarray,
+    ev: np.ndarray,
+    nev: np.ndarray,
+    slot_unit: np.ndarray,
+    mtype: np.ndarray,
+    mmove: np.ndarray,
+    mtarget: np.ndarray,
+    illegal: np.ndarray,
+    rewards: np.ndarray,
+    comps: np.ndarray,
+    P: np.ndarray,
+    HT: np.ndarray,
+    AB: np.ndarray,
+    RT: np.ndarray,
+    WPTS: np.ndarray,
+    SPOS: np.ndarray,
+    FOUNT: np.ndarray,
+) -> None:
     """Step every game of the batch, in parallel over games."""
     for g in prange(u.shape[0]):
-        step_game(g, actions, u, h, gs, acc, sc, ev, nev, slot_unit, mtype, mmove, mtarget, illegal, rewards,
-                  comps, P, HT, AB, RT, WPTS, SPOS, FOUNT)
+        step_game(
+            g,
+            actions,
+            u,
+            h,
+            gs,
+            acc,
+            sc,
+            ev,
+            nev,
+            slot_unit,
+            mtype,
+            mmove,
+            mtarget,
+            illegal,
+            rewards,
+            comps,
+            P,
+            HT,
+            AB,
+            RT,
+            WPTS,
+            SPOS,
+            FOUNT,
+        )
 
 
 @kernel
-def step_serial(actions: np.ndarray, u: np.ndarray, h: np.ndarray, gs: np.ndarray, acc: np.ndarray,
-                sc: np.ndarray, ev: np.ndarray, nev: np.ndarray, slot_unit: np.ndarray, mtype: np.ndarray,
-                mmove: np.ndarray, mtarget: np.ndarray, illegal: np.ndarray, rewards: np.ndarray,
-                comps: np.ndarray, P: np.ndarray, HT: np.ndarray, AB: np.ndarray, RT: np.ndarray,
-                WPTS: np.ndarray, SPOS: np.ndarray, FOUNT: np.ndarray) -> None:
+def step_serial(
+    actions: np.ndarray,
+    u: np.ndarray,
+    h: np.ndarray,
+    gs: np.ndarray,
+    acc: np.ndarray,
+    sc: np.ndarray,
+    ev: np.ndarray,
+    nev: np.ndarray,
+    slot_unit: np.ndarray,
+    mtype: np.ndarray,
+    mmove: np.ndarray,
+    mtarget: np.ndarray,
+    illegal: np.ndarray,
+    rewards: np.ndarray,
+    comps: np.ndarray,
+    P: np.ndarray,
+    HT: np.ndarray,
+    AB: np.ndarray,
+    RT: np.ndarray,
+    WPTS: np.ndarray,
+    SPOS: np.ndarray,
+    FOUNT: np.ndarray,
+) -> None:
     """Step every game of the batch on this thread (no parallel launch, and a faster compile)."""
     for g in range(u.shape[0]):
-        step_game(g, actions, u, h, gs, acc, sc, ev, nev, slot_unit, mtype, mmove, mtarget, illegal, rewards,
-                  comps, P, HT, AB, RT, WPTS, SPOS, FOUNT)
+        step_game(
+            g,
+            actions,
+            u,
+            h,
+            gs,
+            acc,
+            sc,
+            ev,
+            nev,
+            slot_unit,
+            mtype,
+            mmove,
+            mtarget,
+            illegal,
+            rewards,
+            comps,
+            P,
+            HT,
+            AB,
+            RT,
+            WPTS,
+            SPOS,
+            FOUNT,
+        )

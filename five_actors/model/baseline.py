@@ -144,9 +144,14 @@ class SyncTrainer:
         self.steps += length * int(rows.sum())
         last_value = policy.act(self._obs[rows], {k: v[rows] for k, v in self._masks.items()}, self._state).value
         rollout = {k: torch.stack(v) for k, v in record.items()}
-        advantages, returns = gae(rollout["rewards"], rollout["values"], rollout["dones"], last_value, self.gamma, cfg.gae_lambda)
+        advantages, returns = gae(
+            rollout["rewards"], rollout["values"], rollout["dones"], last_value, self.gamma, cfg.gae_lambda
+        )
         n = cfg.chunk_steps
-        as_chunks = lambda arrays: chunk(torch.as_tensor(np.stack(arrays), device=device), n)  # noqa: E731
+
+        def as_chunks(arrays: list[np.ndarray]) -> torch.Tensor:
+            return chunk(torch.as_tensor(np.stack(arrays), device=device), n)
+
         return Chunks(
             obs=as_chunks(observed).float(),
             masks={k: as_chunks(v) for k, v in masks.items()},
@@ -170,7 +175,9 @@ class SyncTrainer:
         if len(cut):
             final = step.infos["final_obs"][rows][cut]
             index = torch.as_tensor(cut, device=self.policy.device)
-            value = self.policy.act(final, {k: v[cut] for k, v in masks.items()}, (state[0][index], state[1][index])).value
+            value = self.policy.act(
+                final, {k: v[cut] for k, v in masks.items()}, (state[0][index], state[1][index])
+            ).value
             rewards = rewards.clone()
             rewards[index] += self.gamma * value.to(rewards.dtype)
         return rewards

@@ -46,19 +46,30 @@ class Checkpoint:
     """Version counters, e.g. `version` (parameter version), `updates`, `steps`."""
 
 
-def save_checkpoint(path: str | Path, policy: Policy, optimizer: torch.optim.Optimizer | None = None, counters: dict[str, int] | None = None) -> None:
+def save_checkpoint(
+    path: str | Path,
+    policy: Policy,
+    optimizer: torch.optim.Optimizer | None = None,
+    counters: dict[str, int] | None = None,
+) -> None:
     """Write `policy` (and `optimizer`) to `path` atomically."""
     path = Path(path)
     buffer = io.BytesIO()
-    torch.save({"params": policy.state_dict(), "optimizer": None if optimizer is None else optimizer.state_dict()}, buffer)
+    torch.save(
+        {"params": policy.state_dict(), "optimizer": None if optimizer is None else optimizer.state_dict()}, buffer
+    )
     payload = buffer.getvalue()
-    header = orjson.dumps({"spec": policy.spec.to_dict(), "spec_hash": policy.spec.hash, "counters": dict(counters or {})})
+    header = orjson.dumps(
+        {"spec": policy.spec.to_dict(), "spec_hash": policy.spec.hash, "counters": dict(counters or {})}
+    )
     body = _LENGTH.pack(len(header)) + header + _LENGTH.pack(len(payload)) + payload
     data = MAGIC + body + hashlib.sha256(body).digest()
     write_atomic(path, data)
 
 
-def read_checkpoint(path: str | Path, expect: ModelSpec | None = None, map_location: str | torch.device = "cpu") -> Checkpoint:
+def read_checkpoint(
+    path: str | Path, expect: ModelSpec | None = None, map_location: str | torch.device = "cpu"
+) -> Checkpoint:
     """Read and verify a checkpoint; with `expect`, refuse one written for another architecture."""
     path = Path(path)
     try:
@@ -73,7 +84,9 @@ def read_checkpoint(path: str | Path, expect: ModelSpec | None = None, map_locat
     payload_len = _read_length(path, body, payload_at, len(data))
     expected_size = len(MAGIC) + payload_at + _LENGTH.size + payload_len + _DIGEST
     if len(data) != expected_size:
-        raise CheckpointError(f"{path}: truncated or padded: the header says {expected_size} bytes, the file has {len(data)}")
+        raise CheckpointError(
+            f"{path}: truncated or padded: the header says {expected_size} bytes, the file has {len(data)}"
+        )
     if hashlib.sha256(body).digest() != digest:
         raise CheckpointError(f"{path}: corrupt: the sha256 checksum does not match the contents")
     try:
@@ -85,7 +98,9 @@ def read_checkpoint(path: str | Path, expect: ModelSpec | None = None, map_locat
     if spec.hash != header.get("spec_hash"):
         raise CheckpointError(f"{path}: the spec does not match its recorded hash {header.get('spec_hash')!r}")
     if expect is not None and expect.hash != spec.hash:
-        raise CheckpointError(f"{path}: written for architecture {spec.hash}, expected {expect.hash}: {_spec_difference(spec, expect)}")
+        raise CheckpointError(
+            f"{path}: written for architecture {spec.hash}, expected {expect.hash}: {_spec_difference(spec, expect)}"
+        )
     payload = body[payload_at + _LENGTH.size :]
     try:
         contents = torch.load(io.BytesIO(payload), map_location=map_location, weights_only=True)
@@ -98,7 +113,8 @@ def load_into(checkpoint: Checkpoint, policy: Policy, optimizer: torch.optim.Opt
     """Copy a checkpoint into `policy` (and `optimizer`) after checking every name and shape first."""
     if checkpoint.spec.hash != policy.spec.hash:
         raise CheckpointError(
-            f"checkpoint architecture {checkpoint.spec.hash} does not match the policy's {policy.spec.hash}: {_spec_difference(checkpoint.spec, policy.spec)}"
+            f"checkpoint architecture {checkpoint.spec.hash} does not match the policy's {policy.spec.hash}: "
+            f"{_spec_difference(checkpoint.spec, policy.spec)}"
         )
     own = policy.state_dict()
     if set(own) != set(checkpoint.params):
@@ -106,11 +122,14 @@ def load_into(checkpoint: Checkpoint, policy: Policy, optimizer: torch.optim.Opt
         raise CheckpointError(f"checkpoint parameters do not match the policy: missing {missing}, unexpected {extra}")
     for name, tensor in own.items():
         if tuple(checkpoint.params[name].shape) != tuple(tensor.shape):
-            raise CheckpointError(f"checkpoint parameter {name!r} has shape {tuple(checkpoint.params[name].shape)}, the policy's is {tuple(tensor.shape)}")
+            raise CheckpointError(
+                f"checkpoint parameter {name!r} has shape {tuple(checkpoint.params[name].shape)}, the policy's is "
+                f"{tuple(tensor.shape)}"
+            )
     if optimizer is not None and checkpoint.optimizer is None:
         raise CheckpointError("the checkpoint holds no optimizer state")
     policy.load_state_dict(checkpoint.params)
-    if optimizer is not None:
+    if optimizer is not None and checkpoint.optimizer is not None:
         optimizer.load_state_dict(checkpoint.optimizer)
 
 
@@ -123,4 +142,8 @@ def _read_length(path: Path, body: bytes, at: int, file_size: int) -> int:
 def _spec_difference(found: ModelSpec, expected: ModelSpec) -> str:
     """Which top-level spec fields differ, for the error message."""
     a, b = found.to_dict(), expected.to_dict()
-    return ", ".join(f"{k} {a[k]!r} != {b[k]!r}" if k not in ("obs", "actions") else f"{k} layout differs" for k in a if a[k] != b.get(k))
+    return ", ".join(
+        f"{k} {a[k]!r} != {b[k]!r}" if k not in ("obs", "actions") else f"{k} layout differs"
+        for k in a
+        if a[k] != b.get(k)
+    )

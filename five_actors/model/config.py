@@ -84,7 +84,9 @@ class PPOConfig:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         for name in ("adam_beta1", "adam_beta2", "gae_lambda"):
             if not 0.0 <= getattr(self, name) < 1.0 + (name == "gae_lambda"):
-                raise ValueError(f"{name} must be in [0, 1{']' if name == 'gae_lambda' else ')'}, got {getattr(self, name)}")
+                raise ValueError(
+                    f"{name} must be in [0, 1{']' if name == 'gae_lambda' else ')'}, got {getattr(self, name)}"
+                )
         if self.value_loss_weight < 0:
             raise ValueError(f"value_loss_weight must not be negative, got {self.value_loss_weight}")
         for name in ("chunk_steps", "rollout_chunks", "epochs", "minibatches"):
@@ -94,5 +96,7 @@ class PPOConfig:
     def gamma(self, seconds_per_step: float) -> float:
         """The discount for an env whose steps last `seconds_per_step`: 1 - T/H, as in the paper."""
         if not 0 < seconds_per_step < self.horizon_seconds:
-            raise ValueError(f"seconds_per_step must be in (0, horizon_seconds={self.horizon_seconds}), got {seconds_per_step}")
+            raise ValueError(
+                f"seconds_per_step must be in (0, horizon_seconds={self.horizon_seconds}), got {seconds_per_step}"
+            )
         return 1.0 - seconds_per_step / self.horizon_seconds

@@ -16,6 +16,10 @@ class RunningNorm(nn.Module):
     by the parallel-variance formula (Chan et al.), so the order of batches does not matter.
     """
 
+    count: Tensor
+    mean: Tensor
+    var: Tensor
+
     def __init__(self, width: int, eps: float = 1e-8) -> None:
         super().__init__()
         self.eps = eps

@@ -52,6 +52,9 @@ class ActOutput:
 class Policy(nn.Module):
     """Entity encoders, an LSTM core, masked action heads and a value head, shaped by `spec`."""
 
+    uses: Tensor
+    """bool [types, heads]: which secondary heads each action type uses (a buffer)."""
+
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         self.spec = spec
@@ -63,7 +66,10 @@ class Policy(nn.Module):
         self.encoders = nn.ModuleDict(
             {
                 b.name: nn.Sequential(
-                    _layer(b.width, spec.entity_hidden), nn.ReLU(), _layer(spec.entity_hidden, spec.entity_embed), nn.ReLU()
+                    _layer(b.width, spec.entity_hidden),
+                    nn.ReLU(),
+                    _layer(spec.entity_hidden, spec.entity_embed),
+                    nn.ReLU(),
                 )
                 for b in blocks
             }
@@ -98,12 +104,14 @@ class Policy(nn.Module):
     def act(self, obs: Any, masks: Mapping[str, Any], state: State, deterministic: bool = False) -> ActOutput:
         """Choose one legal action per row (sampled, or the most likely when `deterministic`)."""
         obs_t, masks_t = self.prepare(obs, masks)
-        embeddings, core_in = self._encode(obs_t)
+        embeddings, core_in = self.encode(obs_t)
         h, c = self.core_step(core_in, state)
         choice, logp, _ = self._heads(h, embeddings, masks_t, None, deterministic)
         return ActOutput(choice, logp, self.value_norm.denormalize(self.value_head(h).squeeze(-1)), (h, c))
 
-    def evaluate(self, obs: Tensor, masks: Mapping[str, Tensor], actions: Tensor, starts: Tensor, state: State) -> tuple[Tensor, Tensor, Tensor]:
+    def evaluate(
+        self, obs: Tensor, masks: Mapping[str, Tensor], actions: Tensor, starts: Tensor, state: State
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """Log-prob, entropy and normalised value (see ValueNorm) of given actions over a sequence, for the loss.
 
         Inputs are time-major `[T, B, ...]`; `starts[t, b]` is true where step t begins a new
@@ -111,8 +119,11 @@ class Policy(nn.Module):
         the chunk). `state` is the chunk's stored state before step 0.
         """
         steps, batch = obs.shape[:2]
-        flat = lambda x: x.reshape(steps * batch, *x.shape[2:])  # noqa: E731
-        embeddings, core_in = self._encode(flat(obs))
+
+        def flat(x: Tensor) -> Tensor:
+            return x.reshape(steps * batch, *x.shape[2:])
+
+        embeddings, core_in = self.encode(flat(obs))
         core_in = core_in.reshape(steps, batch, -1)
         keep = (~starts).to(core_in.dtype).unsqueeze(-1)
         h, c = state
@@ -149,13 +160,15 @@ class Policy(nn.Module):
     def check_masks(self, masks: Mapping[str, Tensor], rows: int) -> None:
         """Refuse masks missing, misshapen, not bool, or leaving a needed head with no legal choice."""
         actions = self.spec.actions
-        expected = {"type": (rows, len(actions.types))}
+        expected: dict[str, tuple[int, ...]] = {"type": (rows, len(actions.types))}
         expected.update({h.name: (rows, len(actions.types), h.size) for h in actions.heads})
         if set(masks) != set(expected):
             raise ModelError(f"masks have keys {sorted(masks)}, expected {sorted(expected)}")
         for name, shape in expected.items():
             if tuple(masks[name].shape) != shape or masks[name].dtype != torch.bool:
-                raise ModelError(f"mask {name!r} is {masks[name].dtype} {tuple(masks[name].shape)}, expected bool {shape}")
+                raise ModelError(
+                    f"mask {name!r} is {masks[name].dtype} {tuple(masks[name].shape)}, expected bool {shape}"
+                )
         empty = ~masks["type"].any(-1)
         if empty.any():
             raise ModelError(f"all-masked head 'type' at row {int(empty.nonzero()[0])}: no legal action type")
@@ -164,13 +177,18 @@ class Policy(nn.Module):
             empty = needed & ~masks[head.name].any(-1)
             if empty.any():
                 row, t = (int(i) for i in empty.nonzero()[0])
-                raise ModelError(f"all-masked head {head.name!r} at row {row}: legal type {actions.types[t]!r} uses it but no choice is legal")
+                raise ModelError(
+                    f"all-masked head {head.name!r} at row {row}: legal type {actions.types[t]!r} uses it but no "
+                    "choice is legal"
+                )
 
     def update_normalizer(self, obs: Tensor) -> None:
         """Fold a batch of raw observations `[rows, size]` into the running statistics."""
         for block, x in self.spec.obs.split(obs.reshape(-1, self.spec.obs.size).float()).items():
             present = x[..., 0] > 0.5 if x.shape[1] > 1 else torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
-            self.norms[block].update(x[present])
+            norm = self.norms[block]
+            assert isinstance(norm, RunningNorm)
+            norm.update(x[present])
 
     def core_step(self, x: Tensor, state: State) -> State:
         """One step of the core: the LSTM, or the MLP layer (which ignores and passes on the state's c)."""
@@ -179,7 +197,7 @@ class Policy(nn.Module):
             return h, c
         return torch.relu(self.mlp(x)), state[1]
 
-    def _encode(self, obs: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+    def encode(self, obs: Tensor) -> tuple[dict[str, Tensor], Tensor]:
         """Per-block entity embeddings `[rows, slots, embed]` and the LSTM's input `[rows, core_input]`."""
         pooled, embeddings = [], {}
         for block, x in self.spec.obs.split(obs).items():
@@ -193,23 +211,35 @@ class Policy(nn.Module):
             pooled.append(torch.where(present.any(dim=1), best, torch.zeros_like(best)))
         return embeddings, torch.relu(self.combine(torch.cat(pooled, dim=-1)))
 
+    def head_logits(self, core: Tensor, embeddings: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Every head's logits before masking: `type` [rows, types], a secondary head [rows, size] (a pointer
+        head attends over the embeddings of the blocks it points at)."""
+        logits = {"type": self.type_head(core)}
+        for head in self.spec.actions.heads:
+            module = self.heads[head.name]
+            if head.pointer_blocks:
+                logits[head.name] = module(core, torch.cat([embeddings[b] for b in head.pointer_blocks], dim=1))
+            else:
+                logits[head.name] = module(core)
+        return logits
+
     def _heads(
-        self, core: Tensor, embeddings: dict[str, Tensor], masks: Mapping[str, Tensor], actions: Tensor | None, deterministic: bool
+        self,
+        core: Tensor,
+        embeddings: dict[str, Tensor],
+        masks: Mapping[str, Tensor],
+        actions: Tensor | None,
+        deterministic: bool,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Chosen (or given) actions, their log-probs and entropies; unused heads add nothing."""
         rows = torch.arange(core.shape[0], device=core.device)
-        type_logits = self.type_head(core).masked_fill(~masks["type"], MASKED_LOGIT)
+        raw = self.head_logits(core, embeddings)
+        type_logits = raw["type"].masked_fill(~masks["type"], MASKED_LOGIT)
         chosen_type = _choose(type_logits, deterministic) if actions is None else actions[:, 0]
         logp, entropy = _logp_entropy(type_logits, chosen_type)
         columns = [chosen_type]
         for j, head in enumerate(self.spec.actions.heads):
-            module = self.heads[head.name]
-            if head.pointer_blocks:
-                keys = torch.cat([embeddings[b] for b in head.pointer_blocks], dim=1)
-                logits = module(core, keys)
-            else:
-                logits = module(core)
-            logits = logits.masked_fill(~masks[head.name][rows, chosen_type], MASKED_LOGIT)
+            logits = raw[head.name].masked_fill(~masks[head.name][rows, chosen_type], MASKED_LOGIT)
             used = self.uses[chosen_type, j]
             choice = _choose(logits, deterministic) if actions is None else actions[:, 1 + j]
             head_logp, head_entropy = _logp_entropy(logits, choice)

@@ -72,7 +72,9 @@ class Chunks:
         return Chunks(**picked)
 
 
-def gae(rewards: Tensor, values: Tensor, dones: Tensor, last_value: Tensor, gamma: float, lam: float) -> tuple[Tensor, Tensor]:
+def gae(
+    rewards: Tensor, values: Tensor, dones: Tensor, last_value: Tensor, gamma: float, lam: float
+) -> tuple[Tensor, Tensor]:
     """Generalised advantage estimates and value targets for time-major `[T, N]` arrays.
 
     `last_value` [N] is the value of the observation after the last step; an episode that
@@ -110,7 +112,9 @@ class PPO:
         self.policy = policy
         self.config = config
         self.optimizer = torch.optim.Adam(
-            policy.parameters(), lr=schedule_value(config.learning_rate, 0), betas=(config.adam_beta1, config.adam_beta2),
+            policy.parameters(),
+            lr=schedule_value(config.learning_rate, 0),
+            betas=(config.adam_beta1, config.adam_beta2),
             eps=config.adam_eps,
         )
         self.learning_rate = schedule_value(config.learning_rate, 0)
@@ -198,7 +202,9 @@ class PPO:
         finite = torch.isfinite(norms)
         if not finite.all():
             self.optimizer.zero_grad(set_to_none=True)
-            raise ModelError(f"gradient of parameter {named[int((~finite).nonzero()[0])][0]!r} is not finite: update skipped")
+            raise ModelError(
+                f"gradient of parameter {named[int((~finite).nonzero()[0])][0]!r} is not finite: update skipped"
+            )
         scales = torch.clamp(self.config.max_grad_norm / (norms + 1e-6), max=1.0)
         for (_, grad), scale in zip(named, scales):
             grad.mul_(scale)

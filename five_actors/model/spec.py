@@ -44,7 +44,9 @@ class ModelSpec:
         names = [b.name for b in self.obs.blocks]
         for head in self.actions.heads:
             if head.name == "type":
-                raise ModelError("a secondary action head may not be called 'type' (that name is the primary head's mask)")
+                raise ModelError(
+                    "a secondary action head may not be called 'type' (that name is the primary head's mask)"
+                )
             if not head.pointer_blocks:
                 continue
             for block in head.pointer_blocks:
@@ -57,7 +59,16 @@ class ModelSpec:
     @classmethod
     def build(cls, obs: ObsSpec, actions: ActionSpec, config: ModelConfig) -> ModelSpec:
         """The spec for an environment's layouts with the widths from `config`."""
-        return cls(obs, actions, config.entity_hidden, config.entity_embed, config.core_input, config.lstm_size, config.pointer_key, config.core)
+        return cls(
+            obs,
+            actions,
+            config.entity_hidden,
+            config.entity_embed,
+            config.core_input,
+            config.lstm_size,
+            config.pointer_key,
+            config.core,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready description; `from_dict` inverts it exactly. An LSTM core is not written, so
@@ -81,8 +92,15 @@ class ModelSpec:
         try:
             if data["format"] != SPEC_FORMAT:
                 raise ModelError(f"model spec format {data['format']!r} is not supported (expected {SPEC_FORMAT})")
-            widths = {k: int(data[k]) for k in ("entity_hidden", "entity_embed", "core_input", "lstm_size", "pointer_key")}
-            return cls(ObsSpec.from_dict(data["obs"]), ActionSpec.from_dict(data["actions"]), **widths, core=str(data.get("core", "lstm")))
+            widths = {
+                k: int(data[k]) for k in ("entity_hidden", "entity_embed", "core_input", "lstm_size", "pointer_key")
+            }
+            return cls(
+                ObsSpec.from_dict(data["obs"]),
+                ActionSpec.from_dict(data["actions"]),
+                **widths,
+                core=str(data.get("core", "lstm")),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelError(f"malformed model spec: {type(exc).__name__}: {exc}") from None
 
@@ -97,4 +115,4 @@ class ModelSpec:
 
     def with_widths(self, **widths: int) -> ModelSpec:
         """The same layouts with some widths changed (what a widening surgery produces)."""
-        return replace(self, **widths)
+        return replace(self, **widths)  # type: ignore[arg-type]  # widths name only the int fields

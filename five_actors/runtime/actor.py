@@ -20,7 +20,7 @@ import re
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar, dataclass_transform
 
 import structlog
 
@@ -35,17 +35,21 @@ MESSAGE_TYPES: dict[str, type] = {}
 NORMAL_EXITS = frozenset({"normal", "shutdown"})
 
 
+@dataclass_transform(frozen_default=True)
 def message(cls: type[T]) -> type[T]:
     """Make `cls` a frozen dataclass and register it under its class name for the wire."""
     cls = dataclasses.dataclass(frozen=True)(cls)
     existing = MESSAGE_TYPES.get(cls.__name__)
     # The wire names a message by its class name alone, so two classes may not share one.
     if existing is not None and (existing.__module__, existing.__qualname__) != (cls.__module__, cls.__qualname__):
-        raise TypeError(f"message type name {cls.__name__!r} is already registered by {existing.__module__}.{existing.__qualname__}")
+        raise TypeError(
+            f"message type name {cls.__name__!r} is already registered by {existing.__module__}.{existing.__qualname__}"
+        )
     MESSAGE_TYPES[cls.__name__] = cls
     return cls
 
 
+@dataclass_transform(frozen_default=True)
 def local_message(cls: type[T]) -> type[T]:
     """Make `cls` a frozen dataclass message that never crosses the wire: it is not registered, so no frame can
     name it (an actor's notes to itself, such as a supervisor's ChildExited, must not come from a peer)."""
@@ -198,7 +202,7 @@ class _Cell:
         self.stop_reason = "shutdown"
         self.tasks: set[asyncio.Task[Any]] = set()
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"actor:{path}")
-        self.done = asyncio.get_running_loop().create_future()
+        self.done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self.running: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def exit_if_never_ran(self, task: asyncio.Task[Any]) -> None:
@@ -271,7 +275,9 @@ class _Cell:
     async def _handle(self, item: _Delivery) -> None:
         handler = _handler(self.actor, type(item.msg))
         if handler is None:
-            error = RemoteError("UnknownMessageType", f"{type(self.actor).__name__} has no handler for {type(item.msg).__name__}")
+            error = RemoteError(
+                "UnknownMessageType", f"{type(self.actor).__name__} has no handler for {type(item.msg).__name__}"
+            )
             log.warning("message_unhandled", actor=self.path, type=type(item.msg).__name__)
             if item.reply:
                 item.reply(None, error)
@@ -360,7 +366,7 @@ class ActorSystem:
         cell.request_stop("shutdown")
         try:
             return await asyncio.wait_for(asyncio.shield(cell.done), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("actor_shutdown_timeout", actor=cell.path, timeout=timeout)
             cell.task.cancel()
             return await cell.done
@@ -381,7 +387,8 @@ class ActorSystem:
         cell = self._cells.get(ref if isinstance(ref, str) else ref.path)
         if cell is None:
             return "noproc"
-        await asyncio.wait([cell.running, cell.done], return_when=asyncio.FIRST_COMPLETED)
+        either: list[asyncio.Future[Any]] = [cell.running, cell.done]
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         return cell.done.result() if cell.done.done() else None
 
     def is_alive(self, path: str) -> bool:
@@ -461,7 +468,11 @@ class ActorSystem:
         remote = self.remote if split_address(address)[0] != self.node_id else None
         # A local ask watches its target so it fails at once when the actor dies mid-request;
         # a remote one relies on the router, which always answers (ActorDown on a lost link).
-        unwatch = None if remote else self.watch_address(address, lambda reason: reply(None, ActorDown(f"{address} is down ({reason})")))
+        unwatch = (
+            None
+            if remote
+            else self.watch_address(address, lambda reason: reply(None, ActorDown(f"{address} is down ({reason})")))
+        )
         try:
             await self.deliver(address, msg, reply)
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that

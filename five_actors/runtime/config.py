@@ -60,4 +60,6 @@ class NodeConfig:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.reconnect_max_s < self.reconnect_min_s:
-            raise ValueError(f"reconnect_max_s ({self.reconnect_max_s}) must be >= reconnect_min_s ({self.reconnect_min_s})")
+            raise ValueError(
+                f"reconnect_max_s ({self.reconnect_max_s}) must be >= reconnect_min_s ({self.reconnect_min_s})"
+            )

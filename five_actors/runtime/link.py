@@ -156,7 +156,9 @@ class Link:
             # Closing the socket makes the reader run the link-lost handling; what is queued is dropped.
             self.mark_closed(f"send failed: {type(exc).__name__}: {exc}")
             if not self.ws.closed:
-                await self.ws.close(code=aiohttp.WSCloseCode.INTERNAL_ERROR, message=close_message(f"send failed: {exc}"))
+                await self.ws.close(
+                    code=aiohttp.WSCloseCode.INTERNAL_ERROR, message=close_message(f"send failed: {exc}")
+                )
 
     def mark_closed(self, reason: str) -> None:
         if not self.closed.done():
@@ -184,9 +186,9 @@ def normalise_url(url: str) -> str:
     url = url.strip().rstrip("/")
     url = url.removesuffix("/ws")
     if url.startswith("http://"):
-        url = "ws://" + url[len("http://"):]
+        url = "ws://" + url[len("http://") :]
     elif url.startswith("https://"):
-        url = "wss://" + url[len("https://"):]
+        url = "wss://" + url[len("https://") :]
     elif "://" not in url:
         url = "ws://" + url
     return url

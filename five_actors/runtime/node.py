@@ -78,7 +78,9 @@ class Node:
             await site.start()
         except OSError as exc:
             await runner.cleanup()
-            raise OSError(exc.errno, f"node {self.node_id} cannot listen on {self.config.host}:{self.config.port}: {exc.strerror}") from None
+            raise OSError(
+                exc.errno, f"node {self.node_id} cannot listen on {self.config.host}:{self.config.port}: {exc.strerror}"
+            ) from None
         self._runner = runner
         self.port = runner.addresses[0][1]
         host = self.config.advertise_host or self.config.host
@@ -137,7 +139,10 @@ def require_token(handler: Handler) -> Handler:
             reason = "missing token" if bearer_token(request) is None else "wrong token"
             log.warning("http_unauthorized", route=request.path, remote=request.remote, reason=reason)
             return web.json_response(
-                {"error": "unauthorized", "message": f"{reason}: this route needs 'Authorization: Bearer TOKEN' with the cluster token"},
+                {
+                    "error": "unauthorized",
+                    "message": f"{reason}: this route needs 'Authorization: Bearer TOKEN' with the cluster token",
+                },
                 status=401,
             )
         return await handler(request)

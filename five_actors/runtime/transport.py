@@ -144,7 +144,7 @@ class Transport:
             raise ActorDown(f"node {node!r} is unreachable: its link is down and reconnecting ({state['reason']})")
         try:
             return await self.connect(url)
-        except (LinkError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, LinkError, OSError) as exc:
             raise ActorDown(f"node {node!r} at {url} is unreachable: {exc}") from None
 
     # -- opening links --------------------------------------------------------------------
@@ -179,7 +179,11 @@ class Transport:
                 link = current
                 await asyncio.shield(link.closed)
                 continue
-            state.update(state="reconnecting", reason=link.closed.result() if link.closed.done() else "no link", since=time.time())
+            state.update(
+                state="reconnecting",
+                reason=link.closed.result() if link.closed.done() else "no link",
+                since=time.time(),
+            )
             delay = self.config.reconnect_min_s
             while not self._closing:
                 # Full jitter in [delay/2, delay]: peers that lost the same node do not retry in step.
@@ -187,7 +191,7 @@ class Transport:
                 try:
                     link = await self.connect(url)
                     break
-                except (LinkError, OSError, asyncio.TimeoutError) as exc:
+                except (TimeoutError, LinkError, OSError) as exc:
                     state["reason"] = str(exc) or type(exc).__name__
                     delay = min(delay * 2, self.config.reconnect_max_s)
             state.update(state="up", reason="", since=time.time(), peer=link.peer)
@@ -230,8 +234,16 @@ class Transport:
         if not token_matches(request, self.token):
             reason = "missing token" if bearer_token(request) is None else "wrong token"
             log.warning("link_refused", peer=request.remote, reason=reason)
-            return web.json_response({"error": "unauthorized", "message": f"{reason}: /ws needs 'Authorization: Bearer TOKEN' with the cluster token"}, status=401)
-        ws = web.WebSocketResponse(heartbeat=self.config.heartbeat_s, max_msg_size=self.config.max_message_bytes, compress=False)
+            return web.json_response(
+                {
+                    "error": "unauthorized",
+                    "message": f"{reason}: /ws needs 'Authorization: Bearer TOKEN' with the cluster token",
+                },
+                status=401,
+            )
+        ws = web.WebSocketResponse(
+            heartbeat=self.config.heartbeat_s, max_msg_size=self.config.max_message_bytes, compress=False
+        )
         await ws.prepare(request)
         try:
             hello = await self._read_hello(ws)
@@ -247,13 +259,19 @@ class Transport:
 
     def _hello(self) -> bytes:
         known = {node: url for node, url in self.known.items() if node != self.node_id}
-        body = {"node": self.node_id, "url": self.url, "known": known, "incarnation": self.incarnation, "max_message_bytes": self.config.max_message_bytes}
+        body = {
+            "node": self.node_id,
+            "url": self.url,
+            "known": known,
+            "incarnation": self.incarnation,
+            "max_message_bytes": self.config.max_message_bytes,
+        }
         return wire.encode("hello", body=body)
 
     async def _read_hello(self, ws: Any) -> dict[str, Any]:
         try:
             msg = await ws.receive(timeout=self.config.connect_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise LinkError(f"no hello within {self.config.connect_timeout_s:g}s") from None
         if msg.type != WSMsgType.BINARY:
             raise LinkError(f"expected a binary hello frame, got {msg.type.name}")
@@ -277,7 +295,10 @@ class Transport:
         peer: str = hello["node"]
         url = normalise_url(hello["url"]) if hello["url"] else ""
         peer_max = hello.get("max_message_bytes")
-        max_bytes = min(self.config.max_message_bytes, peer_max if type(peer_max) is int and peer_max > 0 else self.config.max_message_bytes)
+        max_bytes = min(
+            self.config.max_message_bytes,
+            peer_max if type(peer_max) is int and peer_max > 0 else self.config.max_message_bytes,
+        )
         link = Link(ws, peer, url, outbound, str(hello.get("incarnation", "")), max_bytes)
         existing = self.links.get(peer)
         if existing is not None and existing.is_up and existing.incarnation != link.incarnation:
@@ -345,10 +366,14 @@ class Transport:
                         else:
                             self._on_frame(link, item)
                 elif msg.type == WSMsgType.TEXT:
-                    self._reject(link, WireError("text frames are not accepted: links carry binary msgpack frames"), None)
+                    self._reject(
+                        link, WireError("text frames are not accepted: links carry binary msgpack frames"), None
+                    )
                 elif msg.type == WSMsgType.ERROR:
                     error = ws.exception()
-                    if isinstance(error, aiohttp.WebSocketError):  # e.g. over max_message_bytes: aiohttp closed the link
+                    if isinstance(
+                        error, aiohttp.WebSocketError
+                    ):  # e.g. over max_message_bytes: aiohttp closed the link
                         reason = f"protocol error: {error}"
                         log.warning("frame_rejected", peer=link.peer, reason=reason)
                     else:
@@ -357,7 +382,11 @@ class Transport:
                 else:
                     code = ws.close_code
                     extra = msg.extra if msg.type == WSMsgType.CLOSE and msg.extra else ""
-                    reason = f"closed by peer ({code}{': ' + extra if extra else ''})" if msg.type == WSMsgType.CLOSE else "connection lost"
+                    reason = (
+                        f"closed by peer ({code}{': ' + extra if extra else ''})"
+                        if msg.type == WSMsgType.CLOSE
+                        else "connection lost"
+                    )
                     clean = code == WSCloseCode.GOING_AWAY
                     break
         except asyncio.CancelledError:
@@ -380,7 +409,13 @@ class Transport:
         entry = self._pending.get(id_)
         if entry is None or entry[0] != link.peer:
             if entry is not None:
-                log.warning("frame_refused", peer=link.peer, kind="reply", id=id_, reason=f"ask {id_} was sent to {entry[0]}, not {link.peer}")
+                log.warning(
+                    "frame_refused",
+                    peer=link.peer,
+                    kind="reply",
+                    id=id_,
+                    reason=f"ask {id_} was sent to {entry[0]}, not {link.peer}",
+                )
             return None
         return self._forget(id_)
 
@@ -410,7 +445,13 @@ class Transport:
         elif kind == "down":
             watch = self._watches.get(env.id)  # type: ignore[arg-type]
             if watch is not None and watch[0] != link.peer:
-                log.warning("frame_refused", peer=link.peer, kind="down", id=env.id, reason=f"watch {env.id} is of {watch[1]}, not on {link.peer}")
+                log.warning(
+                    "frame_refused",
+                    peer=link.peer,
+                    kind="down",
+                    id=env.id,
+                    reason=f"watch {env.id} is of {watch[1]}, not on {link.peer}",
+                )
                 return
             self._fire_watch(env.id, env.body if isinstance(env.body, str) else "unknown")  # type: ignore[arg-type]
         elif kind == "hello" and isinstance(env.body, dict) and env.body.get("node") == link.peer:
@@ -425,14 +466,20 @@ class Transport:
         to: str = env.to  # type: ignore[assignment]
         if env.sender is not None and not env.sender.startswith(f"{link.peer}/"):
             # A node's identity is its link: a peer may not speak for another node's actors.
-            self._reject(link, WireError(f"sender {env.sender!r} is not an actor of {link.peer!r}, the node on this link"), env.id)
+            self._reject(
+                link,
+                WireError(f"sender {env.sender!r} is not an actor of {link.peer!r}, the node on this link"),
+                env.id,
+            )
             return None
-        path = to[len(self.node_id):]
+        path = to[len(self.node_id) :]
         local = to.startswith(self._prefix) and len(path) > 1
         if env.kind == "tell":
             if local:
                 return path, env.body, None, env.sender
-            log.info("message_dropped", peer=link.peer, to=to, type=env.type, reason=f"{to} is not on node {self.node_id}")
+            log.info(
+                "message_dropped", peer=link.peer, to=to, type=env.type, reason=f"{to} is not on node {self.node_id}"
+            )
             return None
         peer, id_ = link.peer, env.id
         answered = False
@@ -473,10 +520,11 @@ class Transport:
             if current is not None:
                 current.post(wire.encode("down", sender=to, id=id_, body=reason))
 
-        if not to.startswith(self._prefix) or len(to) == len(self._prefix):  # type: ignore[union-attr]
+        assert to is not None  # the decoder refuses a watch frame without `to`
+        if not to.startswith(self._prefix) or len(to) == len(self._prefix):
             notify("noproc")
             return
-        self._served_watches[(peer, id_)] = self.system.watch_address(to, notify)  # type: ignore[arg-type, index]
+        self._served_watches[(peer, id_)] = self.system.watch_address(to, notify)  # type: ignore[index]
 
     def _link_lost(self, link: Link, reason: str, clean: bool = False) -> None:
         """Forget the link; fail the peer's pending asks and watches. `clean`: the peer said it was going."""
@@ -506,8 +554,18 @@ class Transport:
         up_urls = {link.url for link in self.links.values()}
         for url, state in self._keeper_state.items():
             if state["state"] != "up" and url not in up_urls:
-                rows.append({"peer": state["peer"], "url": url, "state": state["state"], "direction": "outbound",
-                             "since": state["since"], "frames_in": 0, "frames_out": 0, "reason": state["reason"]})
+                rows.append(
+                    {
+                        "peer": state["peer"],
+                        "url": url,
+                        "state": state["state"],
+                        "direction": "outbound",
+                        "since": state["since"],
+                        "frames_in": 0,
+                        "frames_out": 0,
+                        "reason": state["reason"],
+                    }
+                )
         return rows
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:

@@ -112,12 +112,14 @@ def message_body(msg: Any) -> dict[str, Any]:
 def _array_ext(arr: np.ndarray) -> msgpack.ExtType:
     dtype = arr.dtype
     if dtype.kind not in ALLOWED_DTYPE_KINDS or dtype.fields is not None:
-        raise WireError(f"cannot send arrays of dtype {dtype} (kind {dtype.kind!r}): only bool, int, uint, float and complex")
+        raise WireError(
+            f"cannot send arrays of dtype {dtype} (kind {dtype.kind!r}): only bool, int, uint, float and complex"
+        )
     code = dtype.str.encode()
     head = struct.pack(f"<B{len(code)}sB{arr.ndim}Q", len(code), code, arr.ndim, *arr.shape)
     head += b"\0" * (-len(head) % 16)
     # One copy: join reads the array's buffer directly (arr.tobytes() and + would be two).
-    data = memoryview(np.ascontiguousarray(arr)).cast("B") if arr.size else b""
+    data = np.ascontiguousarray(arr).data.cast("B") if arr.size else b""
     return msgpack.ExtType(EXT_ARRAY, b"".join((head, data)))
 
 
@@ -137,7 +139,10 @@ def _default(obj: Any) -> Any:
             raise WireError(f"cannot send tensor of dtype {obj.dtype}: {exc}") from None
     if isinstance(obj, (tuple, set, frozenset)):
         return list(obj)
-    raise WireError(f"cannot send a value of type {cls.__module__}.{cls.__qualname__}: not msgpack, numpy, torch or a registered @message")
+    raise WireError(
+        f"cannot send a value of type {cls.__module__}.{cls.__qualname__}: not msgpack, numpy, torch or a registered "
+        "@message"
+    )
 
 
 def _packer() -> msgpack.Packer:
@@ -161,13 +166,13 @@ def encode(
     """One frame; a registered message as `body` is sent as its fields with `type` set to its name."""
     if kind not in KINDS:
         raise WireError(f"unknown frame kind {kind!r}")
-    cls = body.__class__
-    if type is None and MESSAGE_TYPES.get(cls.__name__) is cls:
-        type = cls.__name__
+    name = body.__class__.__name__
+    if type is None and MESSAGE_TYPES.get(name) is body.__class__:
+        type = name
         body = message_body(body)
     envelope = {"v": VERSION, "kind": kind, "to": to, "from": sender, "id": id, "type": type, "body": body}
     try:
-        frame = _PACKER.pack(envelope)
+        frame: bytes = _PACKER.pack(envelope)
     except WireError:
         _PACKER.reset()
         raise
@@ -175,7 +180,10 @@ def encode(
         _PACKER.reset()
         raise WireError(f"cannot encode {kind} frame: {exc}") from None
     if max_bytes is not None and len(frame) > max_bytes:
-        raise WireError(f"{kind} frame of {len(frame)} bytes ({type or 'value'}) is over the limit of {max_bytes} bytes (node.max_message_bytes)")
+        raise WireError(
+            f"{kind} frame of {len(frame)} bytes ({type or 'value'}) is over the limit of {max_bytes} bytes "
+            "(node.max_message_bytes)"
+        )
     return frame
 
 
@@ -256,9 +264,11 @@ def decode_array(data: bytes) -> np.ndarray:
         code = data[1 : 1 + n_code].decode("ascii")
         dtype = np.dtype(code)
     except (UnicodeDecodeError, TypeError, ValueError, SyntaxError) as exc:
-        raise WireError(f"array dtype {data[1:1 + n_code]!r} is not a numpy dtype: {exc}") from None
+        raise WireError(f"array dtype {data[1 : 1 + n_code]!r} is not a numpy dtype: {exc}") from None
     if dtype.kind not in ALLOWED_DTYPE_KINDS or dtype.fields is not None or dtype.subdtype is not None:
-        raise WireError(f"array dtype {code!r} (kind {dtype.kind!r}) is refused: only bool, int, uint, float and complex")
+        raise WireError(
+            f"array dtype {code!r} (kind {dtype.kind!r}) is refused: only bool, int, uint, float and complex"
+        )
     ndim_at = 1 + n_code
     ndim = data[ndim_at]
     head = ndim_at + 1 + 8 * ndim
@@ -333,7 +343,9 @@ def decode_batch(data: bytes, limits: WireLimits = WireLimits()) -> Iterator[Env
     the next frame would start.
     """
     if len(data) > limits.max_frame_bytes:
-        yield Rejected(WireError(f"message of {len(data)} bytes is over the limit of {limits.max_frame_bytes} bytes"), None)
+        yield Rejected(
+            WireError(f"message of {len(data)} bytes is over the limit of {limits.max_frame_bytes} bytes"), None
+        )
         return
     decoder = _Decoder(limits)
     try:
@@ -353,14 +365,18 @@ def decode_batch(data: bytes, limits: WireLimits = WireLimits()) -> Iterator[Env
 
 def _decode_stream(data: bytes, limits: WireLimits) -> Iterator[Envelope | Rejected]:
     decoder = _Decoder(limits)
-    unpacker = msgpack.Unpacker(ext_hook=decoder.ext_hook, raw=False, strict_map_key=False, max_buffer_size=max(len(data), 1))
+    unpacker = msgpack.Unpacker(
+        ext_hook=decoder.ext_hook, raw=False, strict_map_key=False, max_buffer_size=max(len(data), 1)
+    )
     unpacker.feed(data)
     while (offset := unpacker.tell()) < len(data):
         decoder.arrays = 0
         try:
             raw = unpacker.unpack()
         except msgpack.OutOfData:
-            yield Rejected(WireError(f"frame is not valid msgpack: truncated after {offset} of {len(data)} bytes"), None)
+            yield Rejected(
+                WireError(f"frame is not valid msgpack: truncated after {offset} of {len(data)} bytes"), None
+            )
             return
         except Exception as exc:  # noqa: BLE001 - msgpack raises many types; all mean a bad frame
             yield Rejected(_unpack_error(exc, "frame"), peek_id(data[offset:]))
@@ -416,7 +432,9 @@ def _explain_envelope(raw: Any) -> NoReturn:
     if raw.keys() != ENVELOPE_KEYS:
         missing = sorted(ENVELOPE_KEYS - set(map(str, raw)))
         extra = sorted(map(str, set(raw) - ENVELOPE_KEYS))
-        raise WireError(f"envelope keys do not match {{v, kind, to, from, id, type, body}}: missing {missing}, unexpected {extra}")
+        raise WireError(
+            f"envelope keys do not match {{v, kind, to, from, id, type, body}}: missing {missing}, unexpected {extra}"
+        )
     if raw["v"] != VERSION:
         raise WireError(f"unsupported protocol version {raw['v']!r} (this node speaks {VERSION})")
     kind = raw["kind"]
@@ -436,7 +454,9 @@ def _explain_envelope(raw: Any) -> NoReturn:
 
 def peek_id(data: bytes) -> int | None:
     """The request id of a frame that failed to decode, if its envelope is readable at all."""
-    unpacker = msgpack.Unpacker(ext_hook=lambda code, payload: None, raw=False, strict_map_key=False, max_buffer_size=max(len(data), 1))
+    unpacker = msgpack.Unpacker(
+        ext_hook=lambda code, payload: None, raw=False, strict_map_key=False, max_buffer_size=max(len(data), 1)
+    )
     try:
         unpacker.feed(data)
         raw = unpacker.unpack()

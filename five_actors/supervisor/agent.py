@@ -95,13 +95,23 @@ class NodeAgent(Actor):
             for row in cell.actor.rows():
                 entry = entries.get(row["path"])
                 if row["kind"] in ("process", "host") or entry is None:
-                    entry = entries.setdefault(row["path"], {"path": row["path"], "mailbox": None, "in_per_s": None, "out_per_s": None})
+                    entry = entries.setdefault(
+                        row["path"], {"path": row["path"], "mailbox": None, "in_per_s": None, "out_per_s": None}
+                    )
                     entry.update(kind=row["kind"], state=row["state"], node=row["node"], pid=row["pid"])
                     if row["kind"] in ("process", "host") and row["node"] and row["state"] == "running":
                         remote.append(row)
-                entry.update(restart=row["restart"], restarts=row["restarts"], last_error=row["last_error"], device=row["device"])
+                entry.update(
+                    restart=row["restart"], restarts=row["restarts"], last_error=row["last_error"], device=row["device"]
+                )
         links = self.node.links() if self.node is not None else []
-        node = {"node": self.system.node_id, "pid": os.getpid(), "host": socket.gethostname(), "links": links, **gpu_info()}
+        node = {
+            "node": self.system.node_id,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "links": links,
+            **gpu_info(),
+        }
         return {"nodes": [node], "actors": list(entries.values()), "remote": remote}
 
     async def view(self) -> dict[str, Any]:
@@ -119,8 +129,14 @@ class NodeAgent(Actor):
                 mine = actors.get(entry["path"])
                 if mine is not None:
                     # The supervisor's row knows restarts and the last error; the child node knows the rest.
-                    entry = {**entry, "kind": mine["kind"], "restart": mine["restart"], "restarts": mine["restarts"],
-                             "last_error": mine["last_error"], "device": mine.get("device")}  # fmt: skip
+                    entry = {
+                        **entry,
+                        "kind": mine["kind"],
+                        "restart": mine["restart"],
+                        "restarts": mine["restarts"],
+                        "last_error": mine["last_error"],
+                        "device": mine.get("device"),
+                    }
                 actors[entry["path"]] = entry
         local["actors"] = sorted(actors.values(), key=lambda a: a["path"])
         return local

@@ -101,7 +101,9 @@ class ChildSpec:
         if self.kind == "actor" and self.children:
             raise ValueError("children: a child of kind 'actor' has no children")
         if self.kind == "process" and bool(self.actor) == bool(self.children):
-            raise ValueError("actor: a process child hosts either an actor (actor = ...) or a subtree (children), exactly one")
+            raise ValueError(
+                "actor: a process child hosts either an actor (actor = ...) or a subtree (children), exactly one"
+            )
         if self.shutdown_timeout <= 0:
             raise ValueError(f"shutdown_timeout: must be > 0, got {self.shutdown_timeout}")
         if self.start_timeout <= 0:
@@ -157,7 +159,9 @@ def import_class(class_path: str, where: str = "actor") -> type:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001 - any import failure is a config problem to report
-        raise ConfigError(f"{where}: cannot import {module_name!r} for {class_path!r}: {type(exc).__name__}: {exc}") from None
+        raise ConfigError(
+            f"{where}: cannot import {module_name!r} for {class_path!r}: {type(exc).__name__}: {exc}"
+        ) from None
     cls = getattr(module, class_name, None)
     if cls is None:
         raise ConfigError(f"{where}: module {module_name!r} has no class {class_name!r}")

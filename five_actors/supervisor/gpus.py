@@ -43,13 +43,15 @@ def gpu_info() -> dict[str, Any]:
             name = pynvml.nvmlDeviceGetName(handle)
             util = pynvml.nvmlDeviceGetUtilizationRates(handle)
             memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            gpus.append({
-                "index": index,
-                "name": name.decode() if isinstance(name, bytes) else str(name),
-                "utilization_pct": int(util.gpu),
-                "memory_used_bytes": int(memory.used),
-                "memory_total_bytes": int(memory.total),
-            })  # fmt: skip
+            gpus.append(
+                {
+                    "index": index,
+                    "name": name.decode() if isinstance(name, bytes) else str(name),
+                    "utilization_pct": int(util.gpu),
+                    "memory_used_bytes": int(memory.used),
+                    "memory_total_bytes": int(memory.total),
+                }
+            )
     except Exception as exc:  # noqa: BLE001 - a GPU that stops answering is reported, not raised
         return {"gpus": [], "gpus_reason": f"NVML query failed: {type(exc).__name__}: {exc}"}
     return {"gpus": gpus, "gpus_reason": None if gpus else "NVML found no GPU"}

@@ -1,13 +1,15 @@
 """HTTP routes on a node's app: /health, /actors, /metrics, and the token-checked control routes.
 
-    GET  /health            200 when every permanent child in the tree is up and training is not stalled
-                            (five_actors.supervisor.watchdog), else 503 with reasons
-    GET  /actors            the whole tree across processes and hosts, as JSON
-    GET  /metrics           Prometheus text (restarts, mailbox depth, message rates, links, GPUs, and
-                            every number an actor reports in status()["metrics"])
-    POST /control/kill      {"path": "/root/x"}: kill that actor on this node (needs the token)
-    POST /control/shutdown  stop this node's tree cleanly, as SIGTERM does (needs the token)
-    POST /surgery           the live surgery (five_actors.surgery.http; needs the token)
+GET  /health            200 when every permanent child in the tree is up and training is not stalled
+                        (five_actors.supervisor.watchdog), else 503 with reasons
+GET  /actors            the whole tree across processes and hosts, as JSON
+GET  /metrics           Prometheus text (restarts, mailbox depth, message rates, links, GPUs, and
+                        every number an actor reports in status()["metrics"])
+POST /control/kill      {"path": "/root/x"}: kill that actor on this node (needs the token)
+POST /control/shutdown  stop this node's tree cleanly, as SIGTERM does (needs the token)
+
+The head adds more at the composition root (`five-actors up`): the dashboard's routes and POST /surgery
+(five_actors.dashboard, five_actors.surgery.http), so this package imports no actor.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from prometheus_client.registry import Collector
 
 from five_actors.runtime.node import require_token
 from five_actors.supervisor.agent import NodeAgent
-from five_actors.surgery.http import make_route as surgery_route
 
 VIEW_KEY = web.AppKey("five_actors.agent", NodeAgent)
 """`app[VIEW_KEY]` is the node's agent, which builds every view these routes serve."""
@@ -35,7 +36,9 @@ _METRIC_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 def is_problem(actor: dict[str, Any]) -> bool:
     """Whether this row of the view makes /health 503: a permanent child (or a supervisor) that is not up."""
-    required = actor.get("restart") == "permanent" or (actor.get("restart") is None and actor.get("kind") == "supervisor")
+    required = actor.get("restart") == "permanent" or (
+        actor.get("restart") is None and actor.get("kind") == "supervisor"
+    )
     return required and actor.get("state") != "running"
 
 
@@ -82,7 +85,9 @@ class _ViewCollector(Collector):
         labels = ["path", "node"]
         restarts = GaugeMetricFamily("five_actors_actor_restarts", "Restarts of the child at this path", labels=labels)
         up = GaugeMetricFamily("five_actors_actor_up", "1 when the actor at this path is running", labels=labels)
-        mailbox = GaugeMetricFamily("five_actors_mailbox_depth", "Messages waiting in the actor's mailbox", labels=labels)
+        mailbox = GaugeMetricFamily(
+            "five_actors_mailbox_depth", "Messages waiting in the actor's mailbox", labels=labels
+        )
         rate_in = GaugeMetricFamily("five_actors_messages_in_per_second", "Messages handled per second", labels=labels)
         rate_out = GaugeMetricFamily("five_actors_messages_out_per_second", "Replies sent per second", labels=labels)
         for a in self.view["actors"]:
@@ -93,7 +98,9 @@ class _ViewCollector(Collector):
                 mailbox.add_metric(key, a["mailbox"])
                 rate_in.add_metric(key, a["in_per_s"])
                 rate_out.add_metric(key, a["out_per_s"])
-        link = GaugeMetricFamily("five_actors_link_up", "1 when the link from node to peer is up", labels=["node", "peer"])
+        link = GaugeMetricFamily(
+            "five_actors_link_up", "1 when the link from node to peer is up", labels=["node", "peer"]
+        )
         gpu_util = GaugeMetricFamily("five_actors_gpu_utilization_percent", "GPU utilisation", labels=["node", "gpu"])
         gpu_mem = GaugeMetricFamily("five_actors_gpu_memory_used_bytes", "GPU memory in use", labels=["node", "gpu"])
         for node in self.view["nodes"]:
@@ -119,7 +126,9 @@ def _actor_metrics(view: dict[str, Any]) -> list[GaugeMetricFamily]:
                 continue
             family = families.get(name)
             if family is None:
-                family = families[name] = GaugeMetricFamily(f"five_actors_{name}", f"{name} reported by the actor at path", labels=["path", "node"])
+                family = families[name] = GaugeMetricFamily(
+                    f"five_actors_{name}", f"{name} reported by the actor at path", labels=["path", "node"]
+                )
             family.add_metric([a["path"], str(a.get("node"))], float(value))
     return list(families.values())
 
@@ -137,10 +146,14 @@ async def control_kill(request: web.Request) -> web.Response:
     try:
         path = (await request.json())["path"]
     except (ValueError, KeyError, TypeError):
-        return web.json_response({"error": "bad request", "message": 'expected a JSON body {"path": "/root/..."}'}, status=400)
+        return web.json_response(
+            {"error": "bad request", "message": 'expected a JSON body {"path": "/root/..."}'}, status=400
+        )
     agent = request.app[VIEW_KEY]
     if not isinstance(path, str) or not agent.system.is_alive(path):
-        return web.json_response({"error": "not found", "message": f"no actor running at {path!r} on this node"}, status=404)
+        return web.json_response(
+            {"error": "not found", "message": f"no actor running at {path!r} on this node"}, status=404
+        )
     agent.system.kill(path)
     return web.json_response({"killed": path})
 
@@ -162,7 +175,6 @@ def install(app: web.Application, agent: NodeAgent, shutdown: asyncio.Event) -> 
         ("GET", "/metrics", metrics),
         ("POST", "/control/kill", control_kill),
         ("POST", "/control/shutdown", control_shutdown),
-        ("POST", "/surgery", surgery_route(lambda: agent.system)),
     ]
     for method, path, handler in routes:
         app.router.add_route(method, path, handler)

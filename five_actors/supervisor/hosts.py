@@ -131,11 +131,15 @@ class HostIncarnation(Incarnation):
         try:
             self.host = await self.registry.claim(self.spec.id, self.path, self.spec.start_timeout)
         except TimeoutError:
-            raise SupervisorError(f"no host joined for child {self.spec.id!r} within {self.spec.start_timeout:g}s") from None
+            raise SupervisorError(
+                f"no host joined for child {self.spec.id!r} within {self.spec.start_timeout:g}s"
+            ) from None
         self.exited.add_done_callback(lambda _: self.registry.release(self.host or "", self.path))
         agent = f"{self.host}{AGENT_PATH}"
         config = None if self.context.config is None else config_to_dict(self.context.config)
-        await self.context.system.ask(agent, StartSubtree(dataclasses.asdict(self.spec), self.path, config), self.spec.start_timeout)
+        await self.context.system.ask(
+            agent, StartSubtree(dataclasses.asdict(self.spec), self.path, config), self.spec.start_timeout
+        )
         self.context.system.watch_address(f"{self.host}{self.path}", self._exit)
 
     async def stop(self, timeout: float) -> str:
@@ -143,7 +147,9 @@ class HostIncarnation(Incarnation):
             self._exit("shutdown")  # stopped while still waiting for a host: nothing ran
         elif not self.exited.done():
             with contextlib.suppress(FiveActorsError):
-                await self.context.system.ask(f"{self.host}{AGENT_PATH}", StopSubtree(self.path, timeout), timeout + 2.0)
+                await self.context.system.ask(
+                    f"{self.host}{AGENT_PATH}", StopSubtree(self.path, timeout), timeout + 2.0
+                )
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self.exited), 2.0)
         self._exit("killed")  # no answer from the host: as far as the head can tell, it is gone

@@ -24,8 +24,8 @@ import structlog
 from aiohttp import web
 
 from five_actors.config import RUN_CONFIG, Config, from_mapping, read_run_config, write_run_config
-from five_actors.errors import ConfigError, FiveActorsError
 from five_actors.envs import check_env
+from five_actors.errors import ConfigError, FiveActorsError
 from five_actors.logs import configure_logging
 from five_actors.runtime.actor import NORMAL_EXITS, Actor
 from five_actors.runtime.config import NodeConfig
@@ -48,7 +48,8 @@ ROOT_PATH = "/root"
 HEAD_NODE = "head"
 """The node id of the process `five-actors up` runs in."""
 PLAIN_LINE_EVERY_S = 10.0
-"""Seconds between live lines when stdout is not a terminal (CI, nohup, a log file); a terminal repaints every second."""
+"""Seconds between live lines when stdout is not a terminal (CI, nohup, a log file); a terminal repaints every
+second."""
 
 
 def default_run_dir(name: str) -> Path:
@@ -98,8 +99,9 @@ def _shutdown_timeout(spec: SupervisorSpec) -> float:
     return sum(c.shutdown_timeout + (_shutdown_timeout(c) if c.children else 0.0) for c in spec.children) + 5.0
 
 
-async def _start_node(node_id: str, token: str, node_config: NodeConfig, agent_factory: Any,
-                      extra: HeadExtra | None = None) -> tuple[Node, NodeAgent, asyncio.Event]:
+async def _start_node(
+    node_id: str, token: str, node_config: NodeConfig, agent_factory: Any, extra: HeadExtra | None = None
+) -> tuple[Node, NodeAgent, asyncio.Event]:
     node = Node(node_id, token, node_config)
     agent = agent_factory(node)
     shutdown = asyncio.Event()
@@ -144,8 +146,16 @@ class HeadExtra(Protocol):
         """The head is stopping: finish what is written."""
 
 
-async def up(config: Config, run_dir: Path, host: str | None, port: int | None, duration: float | None, out: TextIO,
-             progress: Callable[[dict[str, Any], float], str] | None = None, extra: HeadExtra | None = None) -> int:
+async def up(
+    config: Config,
+    run_dir: Path,
+    host: str | None,
+    port: int | None,
+    duration: float | None,
+    out: TextIO,
+    progress: Callable[[dict[str, Any], float], str] | None = None,
+    extra: HeadExtra | None = None,
+) -> int:
     """Run the head: the root supervisor and its tree, HTTP, a live progress line, until stopped.
 
     `progress` builds the live line from the tree's view and the seconds elapsed (default: ProgressLine);
@@ -160,7 +170,11 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
     write_run_config(config, run_dir)
     configure_logging(HEAD_NODE, run_dir / "logs")
     try:
-        node_config = dataclasses.replace(config.node, **{k: v for k, v in (("host", host), ("port", port)) if v is not None})
+        node_config = dataclasses.replace(
+            config.node,
+            host=config.node.host if host is None else host,
+            port=config.node.port if port is None else port,
+        )
     except ValueError as exc:
         raise ConfigError(f"--host/--port: {exc}") from None
     out.write(f"run dir: {run_dir}\n")
@@ -208,9 +222,11 @@ async def up(config: Config, run_dir: Path, host: str | None, port: int | None, 
     return 0
 
 
-async def _print_progress(agent: NodeAgent, out: TextIO, progress_line: Callable[[dict[str, Any], float], str],
-                          extra: HeadExtra | None) -> None:
-    """Every second: a view for `extra`, and the live line (repainted on a terminal, else one every PLAIN_LINE_EVERY_S)."""
+async def _print_progress(
+    agent: NodeAgent, out: TextIO, progress_line: Callable[[dict[str, Any], float], str], extra: HeadExtra | None
+) -> None:
+    """Every second: a view for `extra`, and the live line (repainted on a terminal, else one every
+    PLAIN_LINE_EVERY_S)."""
     started = time.monotonic()
     live = out.isatty()
     written = -PLAIN_LINE_EVERY_S
@@ -224,7 +240,7 @@ async def _print_progress(agent: NodeAgent, out: TextIO, progress_line: Callable
             line = progress_line(view, elapsed)
         except FiveActorsError:
             continue  # the view is incomplete while a child restarts; the next second will do
-        except Exception:  # noqa: BLE001 - a broken line must not end the live line for the run
+        except Exception:  # a broken line must not end the live line for the run
             log.exception("progress_line_failed")
             continue
         if live:
@@ -235,8 +251,16 @@ async def _print_progress(agent: NodeAgent, out: TextIO, progress_line: Callable
         out.flush()
 
 
-async def child_node(node_id: str, path: str, spec_json: str, parent: str, run_dir: str, log_level: str,
-                     host: str = "127.0.0.1", advertise_host: str = "") -> int:
+async def child_node(
+    node_id: str,
+    path: str,
+    spec_json: str,
+    parent: str,
+    run_dir: str,
+    log_level: str,
+    host: str = "127.0.0.1",
+    advertise_host: str = "",
+) -> int:
     """Run a process child: its own node on `host` (advertised as `advertise_host`), linked to `parent`,
     hosting one actor or subtree at `path`."""
     configure_logging(node_id, Path(run_dir) / "logs" if run_dir else None, log_level)
@@ -246,13 +270,17 @@ async def child_node(node_id: str, path: str, spec_json: str, parent: str, run_d
         lower_priority(spec.nice)
     config = read_run_config(Path(run_dir)) if run_dir and (Path(run_dir) / RUN_CONFIG).is_file() else None
     # The run's [node] settings (link limits, heartbeat) hold for its process children too; each listens on a free port.
-    node_config = dataclasses.replace(config.node if config else NodeConfig(), host=host, advertise_host=advertise_host, port=0)
+    node_config = dataclasses.replace(
+        config.node if config else NodeConfig(), host=host, advertise_host=advertise_host, port=0
+    )
     node, agent, shutdown = await _start_node(node_id, token, node_config, NodeAgent)
     node.system.spawn(agent, AGENT_PATH)
     try:
         await node.connect(parent)
         context = TreeContext(node.system, Path(run_dir) if run_dir else None, node, log_level=log_level, config=config)
-        hosted: Actor = Supervisor(spec, context) if spec.is_tree else import_class(spec.actor, f"{spec.id}.actor")(**spec.args)
+        hosted: Actor = (
+            Supervisor(spec, context) if spec.is_tree else import_class(spec.actor, f"{spec.id}.actor")(**spec.args)
+        )
         hosted.context = context  # before it starts, as in the parent's supervisor
         ref = node.system.spawn(hosted, path)
         reason = await node.system.wait_started(ref)
@@ -280,8 +308,9 @@ async def _stdin_closed() -> None:
         pass
 
 
-async def join(url: str, token: str, name: str | None, host: str, port: int, run_dir: Path, out: TextIO,
-               advertise_host: str = "") -> int:
+async def join(
+    url: str, token: str, name: str | None, host: str, port: int, run_dir: Path, out: TextIO, advertise_host: str = ""
+) -> int:
     """Run a host supervisor that joins the head at `url` and runs the subtrees it assigns.
 
     It listens on `host` and tells peers to reach it at `advertise_host` (default: `host`, or the
@@ -300,11 +329,14 @@ async def join(url: str, token: str, name: str | None, host: str, port: int, run
         assert isinstance(agent, HostAgent)
         agent.head = await node.connect(url)
         node.system.spawn(agent, AGENT_PATH)
-        out.write(f"joined {agent.head} at {url} as {name}; serving http://{host}:{node.port}, links at {node.url}/ws, run dir {run_dir}\n")
+        out.write(
+            f"joined {agent.head} at {url} as {name}; serving http://{host}:{node.port}, links at {node.url}/ws, run "
+            f"dir {run_dir}\n"
+        )
         out.flush()
         await shutdown.wait()
-        for sub in reversed([c for c in node.system.cells() if isinstance(c.actor, Supervisor)]):
-            await node.system.stop(sub.path, _shutdown_timeout(sub.actor.spec))
+        for path, sub in reversed([(c.path, c.actor) for c in node.system.cells() if isinstance(c.actor, Supervisor)]):
+            await node.system.stop(path, _shutdown_timeout(sub.spec))
     finally:
         await _stop_node(node)
     return 0

@@ -13,7 +13,8 @@ subtree at the child's path, and reports on its stdout, one JSON line each:
 The child's exit is the process's exit (whatever killed it, `kill -9` included): the reason is
 the reported one, else "killed by SIGKILL" or "exit code N". A child whose link is lost while
 its process lives on (hung, stopped) is killed after LINK_LOST_GRACE seconds, with the reason
-"link_lost". Stopping it is SIGTERM, up to the shutdown timeout, then SIGKILL. The child watches its stdin: when the parent dies the pipe
+"link_lost". Stopping it is SIGTERM, up to the shutdown timeout, then SIGKILL. The child watches its stdin: when the
+parent dies the pipe
 closes and the child shuts down, so no process outlives its supervisor.
 """
 
@@ -114,7 +115,9 @@ class ProcessIncarnation(Incarnation):
     def __init__(self, spec: ChildSpec, path: str, context: TreeContext) -> None:
         super().__init__(spec, path)
         if context.node is None:
-            raise SupervisorError(f"child {spec.id!r} is a process child, but this tree runs without a node to link it to")
+            raise SupervisorError(
+                f"child {spec.id!r} is a process child, but this tree runs without a node to link it to"
+            )
         self.context = context
         self.node_id = child_node_id(context.system.node_id, path)
         self.proc: asyncio.subprocess.Process | None = None
@@ -145,11 +148,27 @@ class ProcessIncarnation(Incarnation):
         run_dir = str(self.context.run_dir) if self.context.run_dir else ""
         parent = self.context.node
         return [
-            sys.executable, "-m", "five_actors", "node",
-            "--node-id", self.node_id, "--path", self.path, "--spec", spec,
-            "--parent", parent.url, "--run-dir", run_dir, "--log-level", self.context.log_level,
-            "--host", parent.config.host, "--advertise-host", urlsplit(parent.url).hostname or "",
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "five_actors",
+            "node",
+            "--node-id",
+            self.node_id,
+            "--path",
+            self.path,
+            "--spec",
+            spec,
+            "--parent",
+            parent.url,
+            "--run-dir",
+            run_dir,
+            "--log-level",
+            self.context.log_level,
+            "--host",
+            parent.config.host,
+            "--advertise-host",
+            urlsplit(parent.url).hostname or "",
+        ]
 
     async def start(self) -> None:
         self.proc = await asyncio.create_subprocess_exec(
@@ -161,10 +180,12 @@ class ProcessIncarnation(Incarnation):
         )
         try:
             ready = await asyncio.wait_for(self._read_until_ready(), self.spec.start_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.kill()
             await self.proc.wait()
-            raise SupervisorError(f"process child {self.spec.id!r} did not report ready within {self.spec.start_timeout:g}s") from None
+            raise SupervisorError(
+                f"process child {self.spec.id!r} did not report ready within {self.spec.start_timeout:g}s"
+            ) from None
         if ready is None:
             returncode = await self.proc.wait()
             self._exit(self._reported or _exit_reason(returncode))
@@ -182,7 +203,7 @@ class ProcessIncarnation(Incarnation):
     async def _kill_if_still_running(self) -> None:
         try:
             await asyncio.wait_for(asyncio.shield(self.exited), LINK_LOST_GRACE)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("child_link_lost", child=self.spec.id, pid=self.pid)
             self._reported = "link_lost"
             self.kill()
@@ -215,7 +236,13 @@ class ProcessIncarnation(Incarnation):
         returncode = await self.proc.wait()
         if self._reported is not None and returncode < 0 and not self._killed:
             # It reported its exit, then a signal ended it while the interpreter shut down (an abort from C++, say).
-            log.warning("child_exit_unclean", child=self.spec.id, pid=self.proc.pid, reported=self._reported, exit=_exit_reason(returncode))
+            log.warning(
+                "child_exit_unclean",
+                child=self.spec.id,
+                pid=self.proc.pid,
+                reported=self._reported,
+                exit=_exit_reason(returncode),
+            )
         self._exit(self._reported or _exit_reason(returncode))
 
     async def stop(self, timeout: float) -> str:
@@ -224,7 +251,7 @@ class ProcessIncarnation(Incarnation):
                 self.proc.send_signal(signal.SIGTERM)
             try:
                 await asyncio.wait_for(asyncio.shield(self.proc.wait()), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.warning("child_shutdown_timeout", child=self.spec.id, pid=self.proc.pid, timeout=timeout)
                 self.kill()
             await self.proc.wait()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+
 class ProgressLine:
     """Builds the progress line from successive views; actors' `progress` counters become rates."""
 
@@ -21,7 +22,9 @@ class ProgressLine:
         counters: dict[str, float] = {}
         for a in actors:
             for name, value in (a.get("status") or {}).get("progress", {}).items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):  # counters; labels such as `arch` are not
+                if isinstance(value, (int, float)) and not isinstance(
+                    value, bool
+                ):  # counters; labels such as `arch` are not
                     counters[name] = counters.get(name, 0.0) + float(value)
         rates = []
         for name, value in sorted(counters.items()):
@@ -29,7 +32,13 @@ class ProgressLine:
             if before is not None and now > before[0] and value >= before[1]:
                 rates.append(f"{name}/s {(value - before[1]) / (now - before[0]):,.0f}")
             self._previous[name] = (now, value)
-        parts = [f"{elapsed:6.0f}s", f"{running}/{len(actors)} running", f"restarts {restarts}", f"msgs/s {rate:,.0f}", *rates]
+        parts = [
+            f"{elapsed:6.0f}s",
+            f"{running}/{len(actors)} running",
+            f"restarts {restarts}",
+            f"msgs/s {rate:,.0f}",
+            *rates,
+        ]
         return " | ".join(parts)
 
 
@@ -56,7 +65,9 @@ def table(view: dict[str, Any]) -> str:
     shared = next(iter(reasons)) if len(reasons) == 1 and not any(node["gpus"] for node in view["nodes"]) else None
     for node in view["nodes"]:
         links = ", ".join(f"{lk['peer']} {lk['state']}" for lk in node["links"]) or "none"
-        gpus = ", ".join(f"gpu{g['index']} {g['utilization_pct']}% {g['memory_used_bytes'] / 2**30:.1f} GiB" for g in node["gpus"])
+        gpus = ", ".join(
+            f"gpu{g['index']} {g['utilization_pct']}% {g['memory_used_bytes'] / 2**30:.1f} GiB" for g in node["gpus"]
+        )
         where = f"node {node['node']} (pid {node['pid']}, {node['host']}): links: {links}"
         lines.append(where if shared is not None else f"{where}; gpus: {gpus or node['gpus_reason']}")
     if shared is not None:

@@ -35,7 +35,8 @@ INDEX, COUNT = "{index}", "{count}"
 
 
 def size_tree(tree: TreeConfig, head_node: str, root_path: str) -> TreeConfig:
-    """The explicit tree: counted children copied, tree paths in actor arguments resolved (ConfigError naming the key)."""
+    """The explicit tree: counted children copied, tree paths in actor arguments resolved (ConfigError naming the
+    key)."""
     children = _expand(tree.children, tree.counts, "tree")
     addresses: dict[str, str | None] = {}
     _collect(children, root_path, head_node, addresses)
@@ -55,7 +56,10 @@ def _expand(children: list[ChildSpec], counts: dict[str, int], where: str) -> li
         nested = _expand(child.children, counts, key)
         if isinstance(child.count, str):
             if child.count not in counts:
-                raise ConfigError(f"{key}.count: {child.count!r} is not a key of [tree.counts] ({', '.join(sorted(counts)) or 'none'})")
+                raise ConfigError(
+                    f"{key}.count: {child.count!r} is not a key of [tree.counts] "
+                    f"({', '.join(sorted(counts)) or 'none'})"
+                )
             n = counts[child.count]
         else:
             n = child.count
@@ -93,7 +97,9 @@ def _resolve(children: list[ChildSpec], addresses: dict[str, str | None], root: 
     out = []
     for i, child in enumerate(children):
         key = f"{where}.children[{i}]"
-        args = {name: _resolve_value(value, addresses, root, f"{key}.args.{name}") for name, value in child.args.items()}
+        args = {
+            name: _resolve_value(value, addresses, root, f"{key}.args.{name}") for name, value in child.args.items()
+        }
         out.append(dataclasses.replace(child, args=args, children=_resolve(child.children, addresses, root, key)))
     return out
 
@@ -112,6 +118,9 @@ def _resolve_value(value: Any, addresses: dict[str, str | None], root: str, wher
         raise ConfigError(f"{where}: {value!r} names no child in the tree")
     unknown = [path for path in matches if addresses[path] is None]
     if unknown:
-        raise ConfigError(f"{where}: {unknown[0]} runs on a joined host, whose node is known only once it joins: spell out its address")
+        raise ConfigError(
+            f"{where}: {unknown[0]} runs on a joined host, whose node is known only once it joins: spell out its "
+            "address"
+        )
     found = [addresses[path] for path in matches]
     return found if any(c in value for c in "*?[") else found[0]

@@ -49,7 +49,8 @@ class RestartPending:
 
 @message
 class RestartChild:
-    """Restart child `child` as if it had crashed (its restart type and the strategy apply): the head's watchdog, for a stuck child."""
+    """Restart child `child` as if it had crashed (its restart type and the strategy apply): the head's watchdog, for a
+    stuck child."""
 
     child: str
     reason: str
@@ -221,7 +222,9 @@ class Supervisor(Actor):
             child.incarnation, child.state = None, "exited"
             return incarnation.exited.result()
         child.state = "running"
-        self.log.info("child_started", child=child.spec.id, kind=child.spec.kind, pid=incarnation.pid, node=incarnation.node)
+        self.log.info(
+            "child_started", child=child.spec.id, kind=child.spec.kind, pid=incarnation.pid, node=incarnation.node
+        )
         incarnation.exited.add_done_callback(lambda f: self._notify_exit(child.spec.id, generation, f.result()))
         return None
 
@@ -297,7 +300,7 @@ class Supervisor(Actor):
     def _backoff(self) -> float:
         if self.spec.backoff <= 0:
             return 0.0
-        return min(self.spec.backoff * 2 ** (len(self._restart_times) - 1), self.spec.backoff_max)
+        return min(self.spec.backoff * 2.0 ** (len(self._restart_times) - 1), self.spec.backoff_max)
 
     async def _give_up(self, child: _Child, reason: str) -> None:
         self._gave_up = True

@@ -71,19 +71,33 @@ class Watchdog:
                 version, rule = _number(actor, "progress", "version"), f"version:{path}"
                 idle = self._idle(rule, version, now, watched=bool(games))
                 if idle is not None:
-                    stalls.append(Stall(rule, f"training stalled: no new version for {idle:.0f}s (version {version}) while "
-                                        f"{len(games)} game actors run", tuple(sorted(self.learners))))  # fmt: skip
+                    stalls.append(
+                        Stall(
+                            rule,
+                            f"training stalled: no new version for {idle:.0f}s (version {version}) while "
+                            f"{len(games)} game actors run",
+                            tuple(sorted(self.learners)),
+                        )
+                    )
         for path in sorted(self.learners):
             rule = f"trained:{path}"
-            idle = self._idle(rule, _number(actors.get(path, {}), "metrics", "chunks_trained"), now, watched=bool(games))
+            idle = self._idle(
+                rule, _number(actors.get(path, {}), "metrics", "chunks_trained"), now, watched=bool(games)
+            )
             if idle is not None:
-                stalls.append(Stall(rule, f"training stalled: {path} trained no chunk for {idle:.0f}s (samples/s 0)", (path,)))
+                stalls.append(
+                    Stall(rule, f"training stalled: {path} trained no chunk for {idle:.0f}s (samples/s 0)", (path,))
+                )
         all_up = not problems(view)
         for path in games:
             rule = f"env:{path}"
             idle = self._idle(rule, _number(actors[path], "progress", "env_steps"), now, watched=all_up)
             if idle is not None:
-                stalls.append(Stall(rule, f"training stalled: {path} made no env step for {idle:.0f}s with every child up", (path,)))
+                stalls.append(
+                    Stall(
+                        rule, f"training stalled: {path} made no env step for {idle:.0f}s with every child up", (path,)
+                    )
+                )
         return stalls
 
     def due(self, path: str, now: float) -> bool:

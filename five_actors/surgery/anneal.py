@@ -19,8 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from five_actors.errors import SurgeryRejected
-from five_actors.game.layout import ActionSpec, ObsSpec
-from five_actors.surgery.verify import project_masks, project_obs
+from five_actors.game.layout import ActionSpec, ObsSpec, project_masks, project_obs
 
 ANNEAL_COUNTER = "anneal_ppm:"
 """Prefix of the checkpoint counters that hold anneal shares, in parts per million."""
@@ -33,8 +32,15 @@ def games_allowed(share: float, num_games: int) -> int:
     return round(share * num_games)
 
 
-def apply_anneal(type_mask: np.ndarray, action_types: Sequence[str], anneal: Mapping[str, float], game_of_row: np.ndarray, num_games: int) -> np.ndarray:
-    """`type_mask` [rows, types] with each annealed type masked off in the games outside its share (in place; returned)."""
+def apply_anneal(
+    type_mask: np.ndarray,
+    action_types: Sequence[str],
+    anneal: Mapping[str, float],
+    game_of_row: np.ndarray,
+    num_games: int,
+) -> np.ndarray:
+    """`type_mask` [rows, types] with each annealed type masked off in the games outside its share (in place;
+    returned)."""
     for name, share in anneal.items():
         if name not in action_types:
             raise SurgeryRejected(f"annealed action type {name!r} is not one of {list(action_types)}")
@@ -47,9 +53,15 @@ GAME_VERSION = "game_version"
 (the other games play the version before it: its newer features read 0, its newer action types masked)."""
 
 
-def apply_game_version(obs: np.ndarray, masks: dict[str, np.ndarray], rows: np.ndarray, new: tuple[ObsSpec, ActionSpec],
-                       old: tuple[ObsSpec, ActionSpec]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Observations and masks of game layout `new` with the rows `rows` seen as the older layout `old` would see them."""
+def apply_game_version(
+    obs: np.ndarray,
+    masks: dict[str, np.ndarray],
+    rows: np.ndarray,
+    new: tuple[ObsSpec, ActionSpec],
+    old: tuple[ObsSpec, ActionSpec],
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Observations and masks of game layout `new` with the rows `rows` seen as the older layout `old` would see
+    them."""
     if not len(rows):
         return obs, masks
     obs, masks = obs.copy(), {k: v.copy() for k, v in masks.items()}
@@ -114,13 +126,16 @@ class Annealing:
             if anneal.baseline is None:
                 anneal.baseline = trueskill
             elif version >= anneal.start_version and trueskill < anneal.baseline - self.revert_bound:
-                anneal.reverted = (f"TrueSkill of version {version} is {trueskill:.2f}, more than {self.revert_bound:g} below "
-                                   f"{anneal.baseline:.2f} at the surgery (version {anneal.start_version})")  # fmt: skip
+                anneal.reverted = (
+                    f"TrueSkill of version {version} is {trueskill:.2f}, more than {self.revert_bound:g} below "
+                    f"{anneal.baseline:.2f} at the surgery (version {anneal.start_version})"
+                )
                 reverted.append(anneal)
         return reverted
 
     def to_counters(self, version: int) -> dict[str, int]:
-        """Checkpoint counters: `anneal_ppm:NAME` (the share at `version`), `anneal_start:NAME`, `anneal_reverted:NAME`."""
+        """Checkpoint counters: `anneal_ppm:NAME` (the share at `version`), `anneal_start:NAME`,
+        `anneal_reverted:NAME`."""
         counters = {}
         for name, anneal in self.anneals.items():
             counters[f"{ANNEAL_COUNTER}{name}"] = round(anneal.share(version) * 1e6)

@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from five_actors.actors.messages import Surgery
-from five_actors.errors import AskTimeout, FiveActorsError, RemoteError
+from five_actors.errors import AskTimeout, FiveActorsError, RemoteError, SurgeryRejected, TrainingError
 from five_actors.runtime.actor import ActorSystem
 from five_actors.runtime.node import require_token
 
@@ -73,7 +73,9 @@ def make_route(actor_system: Callable[[], ActorSystem]) -> Any:
         except AskTimeout as exc:
             return _error(504, "timeout", str(exc))
         except RemoteError as exc:
-            return _error(400 if exc.error_type in ("SurgeryRejected", "TrainingError") else 500, exc.error_type, exc.message)
+            return _error(
+                400 if exc.is_a(SurgeryRejected) or exc.is_a(TrainingError) else 500, exc.error_type, exc.message
+            )
         except FiveActorsError as exc:
             return _error(503, type(exc).__name__, str(exc))
         return web.json_response(report)

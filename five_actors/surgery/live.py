@@ -45,7 +45,9 @@ class LiveResult:
     report: dict[str, Any]
 
 
-def to_model_state(spec: ModelSpec, state: Mapping[str, np.ndarray], optimizer: Mapping[str, np.ndarray] | None = None) -> ModelState:
+def to_model_state(
+    spec: ModelSpec, state: Mapping[str, np.ndarray], optimizer: Mapping[str, np.ndarray] | None = None
+) -> ModelState:
     """A ModelState from ParamServer arrays (optimizer: `INDEX.KEY` arrays, or None)."""
     params = {k: torch.from_numpy(np.array(v)) for k, v in state.items()}
     if optimizer is None:
@@ -74,11 +76,15 @@ def state_to_arrays(state: ModelState) -> tuple[Arrays, Arrays | None]:
 
 
 MAX_PROBE_STEPS = 4096
-"""Most lane-game steps a surgery records its probes over (the surgery holds its lock meanwhile; 10**9 held it for good)."""
+"""Most lane-game steps a surgery records its probes over (the surgery holds its lock meanwhile; 10**9 held it for
+good)."""
 
 
-def prepare(words: Sequence[str], spec: ModelSpec, game: GameConfig, probe_steps: int = 128, seed: int = 0) -> tuple[list[SurgeryOp], Probes]:
-    """The operations (SurgeryRejected when malformed) and the probes recorded from lane games of the version they lead to.
+def prepare(
+    words: Sequence[str], spec: ModelSpec, game: GameConfig, probe_steps: int = 128, seed: int = 0
+) -> tuple[list[SurgeryOp], Probes]:
+    """The operations (SurgeryRejected when malformed) and the probes recorded from lane games of the version they lead
+    to.
 
     Blocking: call it in a thread."""
     if not 1 <= probe_steps <= MAX_PROBE_STEPS:
@@ -88,7 +94,9 @@ def prepare(words: Sequence[str], spec: ModelSpec, game: GameConfig, probe_steps
     return ops, record_probes(probe_config(spec, game, version), probe_steps, 1, seed)
 
 
-def operate_past(ops: list[SurgeryOp], probes: Probes, spec: ModelSpec, versions: Mapping[int, Arrays], seed: int = 0) -> Operated:
+def operate_past(
+    ops: list[SurgeryOp], probes: Probes, spec: ModelSpec, versions: Mapping[int, Arrays], seed: int = 0
+) -> Operated:
     """Past versions (no optimizer state) operated and verified, all or none; blocking: call it in a thread."""
     return operate_all(ops, {v: to_model_state(spec, arrays) for v, arrays in versions.items()}, probes, seed)
 
@@ -111,7 +119,11 @@ def live_surgery(
     if latest not in versions:
         raise SurgeryRejected(f"the latest version {latest} is not among the versions given")
     done = {v: result for v, result in (done or {}).items() if v in versions and v != latest}
-    states = {v: to_model_state(spec, arrays, optimizer if v == latest else None) for v, arrays in versions.items() if v not in done}
+    states = {
+        v: to_model_state(spec, arrays, optimizer if v == latest else None)
+        for v, arrays in versions.items()
+        if v not in done
+    }
     results = {**done, **operate_all(ops, states, probes, seed)}
     new_versions: dict[int, Arrays] = {}
     new_optimizer: Arrays | None = None

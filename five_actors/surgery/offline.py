@@ -23,10 +23,15 @@ from five_actors.surgery.ops import SurgeryOp, describe
 from five_actors.surgery.state import ModelState
 from five_actors.surgery.verify import operate, probe_config, record_probes
 
+
 def state_of(checkpoint: Checkpoint) -> ModelState:
     """The ModelState inside a checkpoint (the action types' anneal shares read back from its counters)."""
     types = checkpoint.spec.actions.types
-    anneal = {name: v / 1e6 for k, v in checkpoint.counters.items() if k.startswith(ANNEAL_COUNTER) and (name := k.removeprefix(ANNEAL_COUNTER)) in types}
+    anneal = {
+        name: v / 1e6
+        for k, v in checkpoint.counters.items()
+        if k.startswith(ANNEAL_COUNTER) and (name := k.removeprefix(ANNEAL_COUNTER)) in types
+    }
     return ModelState(checkpoint.spec, checkpoint.params, checkpoint.optimizer, anneal)
 
 
@@ -83,8 +88,8 @@ def target_version(op: SurgeryOp) -> int:
     return 0
 
 
-def format_report(report: dict[str, Any]) -> str:
-    """The report as lines a person reads."""
+def format_report(report: dict[str, Any], outcome: str | None = None) -> str:
+    """The report as lines a person reads, ending with `outcome` (default: where it was written, or a dry run)."""
     changes, check = report["changes"], report["verification"]
     lines = [
         f"surgery: {' + '.join(report['operations'])}",
@@ -102,7 +107,10 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"  {name}: {tuple(shapes['from'])} -> {tuple(shapes['to'])}")
     lines.append(
         f"verified on {check['steps']} steps x {check['rows']} rows of recorded games: max probability difference "
-        f"{check['max_prob_diff']:.3g}, max value difference {check['max_value_diff']:.3g} (tolerance {check['tolerance']:g})"
+        f"{check['max_prob_diff']:.3g}, max value difference {check['max_value_diff']:.3g} (tolerance "
+        f"{check['tolerance']:g})"
     )
-    lines.append(f"written to {report['out']}" if report["out"] else "dry run: nothing written")
+    if outcome is None:
+        outcome = f"written to {report['out']}" if report["out"] else "dry run: nothing written"
+    lines.append(outcome)
     return "\n".join(lines) + "\n"

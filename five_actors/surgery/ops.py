@@ -188,16 +188,21 @@ def add_observation(edit: Edit, features: Sequence[str], version: int = LANE_GAM
             if not dot or block not in target:
                 raise SurgeryRejected(f"feature {name!r} is not BLOCK.FEATURE with BLOCK one of {sorted(target)}")
             if feature not in target[block]:
-                raise SurgeryRejected(f"game version {version} has no feature {feature!r} in block {block!r} (it has {', '.join(target[block])})")
+                raise SurgeryRejected(
+                    f"game version {version} has no feature {feature!r} in block {block!r} (it has "
+                    f"{', '.join(target[block])})"
+                )
             wanted.setdefault(block, []).append(feature)
-    for block, names in wanted.items():
-        _insert_features(edit, block, sorted(names, key=target[block].index), target[block])
+    for block, adding in wanted.items():
+        _insert_features(edit, block, sorted(adding, key=target[block].index), target[block])
 
 
 @operation("add-observation", "BLOCK.FEATURE ... | all")
 def _add_observation(edit: Edit, args: Sequence[str], rng: torch.Generator) -> None:
     if not args:
-        raise SurgeryRejected("name the features to add (BLOCK.FEATURE ...), or 'all' for every feature of the latest game version")
+        raise SurgeryRejected(
+            "name the features to add (BLOCK.FEATURE ...), or 'all' for every feature of the latest game version"
+        )
     add_observation(edit, args)
 
 
@@ -264,7 +269,10 @@ def widen_lstm(edit: Edit, size: int, rng: torch.Generator) -> None:
     edit.grow("lstm.bias_ih", (4 * size,), (gates,))
     edit.grow("lstm.bias_hh", (4 * size,), (gates,))
     readers = ["type_head.weight", "value_head.weight"]
-    readers += [f"heads.{h.name}.query.weight" if h.pointer_blocks else f"heads.{h.name}.weight" for h in edit.spec.actions.heads]
+    readers += [
+        f"heads.{h.name}.query.weight" if h.pointer_blocks else f"heads.{h.name}.weight"
+        for h in edit.spec.actions.heads
+    ]
     for name in readers:
         rows = edit.params[name].shape[0]
         edit.grow(name, (rows, size), (None, units))
@@ -334,7 +342,9 @@ def _widen_layer(edit: Edit, args: Sequence[str], rng: torch.Generator) -> None:
         raise SurgeryRejected("expected NAME SIZE")
     name, size = args[0], _size(args[1])
     if name == "pointer_key":
-        raise SurgeryRejected("pointer_key cannot be widened: the attention scale 1/sqrt(key width) would change every target logit")
+        raise SurgeryRejected(
+            "pointer_key cannot be widened: the attention scale 1/sqrt(key width) would change every target logit"
+        )
     if name not in LAYERS:
         raise SurgeryRejected(f"unknown layer {name!r} (widenable: {', '.join(LAYERS)})")
     LAYERS[name](edit, size, rng)
@@ -375,7 +385,9 @@ def game_version(edit: Edit, version: int) -> None:
 
     current = edit.spec.obs.version
     if version < current:
-        raise SurgeryRejected(f"the model is at game version {current}; going back to {version} would remove inputs: {REMOVAL}")
+        raise SurgeryRejected(
+            f"the model is at game version {current}; going back to {version} would remove inputs: {REMOVAL}"
+        )
     if version == current:
         raise SurgeryRejected(f"the model is already at game version {version}")
     target = target_features(edit.spec, version)
@@ -386,7 +398,9 @@ def game_version(edit: Edit, version: int) -> None:
     actions = action_spec(version)
     # Head sizes follow the game's config (the target head's slots): the model's own are kept.
     if [h.name for h in actions.heads] != [h.name for h in edit.spec.actions.heads]:
-        raise SurgeryRejected(f"game version {version}'s action heads differ from the model's; only new action types can be added")
+        raise SurgeryRejected(
+            f"game version {version}'s action heads differ from the model's; only new action types can be added"
+        )
     for t, name in enumerate(actions.types):
         if name not in edit.spec.actions.types:
             add_action(edit, name, [h.name for j, h in enumerate(actions.heads) if actions.uses[t][j]])
@@ -426,7 +440,9 @@ def describe(old: ModelState, new: ModelState) -> dict[str, object]:
         for name, t in new.params.items()
         if name in old.params and tuple(old.params[name].shape) != tuple(t.shape)
     }
-    widths = {k: [getattr(old.spec, k), getattr(new.spec, k)] for k in LAYERS if getattr(old.spec, k) != getattr(new.spec, k)}
+    widths = {
+        k: [getattr(old.spec, k), getattr(new.spec, k)] for k in LAYERS if getattr(old.spec, k) != getattr(new.spec, k)
+    }
     features = {
         b.name: [f for f in b.features if f not in old.spec.obs.block(b.name).features]
         for b in new.spec.obs.blocks
@@ -442,4 +458,3 @@ def describe(old: ModelState, new: ModelState) -> dict[str, object]:
         "parameters": {"from": old.parameter_count(), "to": new.parameter_count()},
         "shapes_changed": changed,
     }
-

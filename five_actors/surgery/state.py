@@ -45,7 +45,9 @@ class ModelState:
     """Action type -> share of games in which it may be chosen (0 when added, raised by the game side to 1)."""
 
     @classmethod
-    def of(cls, policy: Policy, optimizer: torch.optim.Optimizer | None = None, anneal: Mapping[str, float] | None = None) -> ModelState:
+    def of(
+        cls, policy: Policy, optimizer: torch.optim.Optimizer | None = None, anneal: Mapping[str, float] | None = None
+    ) -> ModelState:
         """A detached copy of a live policy (and optimizer)."""
         params = {k: v.detach().clone() for k, v in policy.state_dict().items()}
         # state_dict() shares Adam's live tensors, which later steps change in place.
@@ -75,7 +77,11 @@ def grow(old: Tensor, shape: Sequence[int], positions: Positions, fill: Tensor |
     """`old` placed at `positions` inside `fill` (zeros when None) of `shape`."""
     if len(shape) != old.ndim or len(positions) != old.ndim:
         raise SurgeryRejected(f"cannot grow a tensor of shape {tuple(old.shape)} to {tuple(shape)}")
-    out = torch.zeros(tuple(shape), dtype=old.dtype, device=old.device) if fill is None else fill.to(old.device, old.dtype, copy=True)
+    out = (
+        torch.zeros(tuple(shape), dtype=old.dtype, device=old.device)
+        if fill is None
+        else fill.to(old.device, old.dtype, copy=True)
+    )
     index = []
     for dim, where in enumerate(positions):
         size = old.shape[dim]
@@ -118,13 +124,21 @@ class Edit:
         if len(numbers) != len(names):
             raise SurgeryRejected(f"the optimizer state covers {len(numbers)} parameters, the model has {len(names)}")
         if numbers != list(range(len(names))):
-            raise SurgeryRejected(f"the optimizer numbers its parameters {numbers[:5]}..., expected 0..{len(names) - 1}")
+            raise SurgeryRejected(
+                f"the optimizer numbers its parameters {numbers[:5]}..., expected 0..{len(names) - 1}"
+            )
         by_number = dict(enumerate(names))
-        moments = {by_number[int(i)]: {k: v.clone() if isinstance(v, Tensor) else v for k, v in entry.items()} for i, entry in entries.items()}
+        moments = {
+            by_number[int(i)]: {k: v.clone() if isinstance(v, Tensor) else v for k, v in entry.items()}
+            for i, entry in entries.items()
+        }
         for name, entry in moments.items():
             for key in MOMENTS:
                 if key in entry and tuple(entry[key].shape) != tuple(params[name].shape):
-                    raise SurgeryRejected(f"optimizer moment {key} of {name!r} has shape {tuple(entry[key].shape)}, the parameter {tuple(params[name].shape)}")
+                    raise SurgeryRejected(
+                        f"optimizer moment {key} of {name!r} has shape {tuple(entry[key].shape)}, the parameter "
+                        f"{tuple(params[name].shape)}"
+                    )
         return cls(state.spec, params, moments, groups, names, True, dict(state.anneal))
 
     def grow(self, name: str, shape: Sequence[int], positions: Positions, fill: Tensor | None = None) -> None:
@@ -143,8 +157,9 @@ class Edit:
         optimizer = None
         if self.has_optimizer:
             if parameter_names(self.spec) != self.names:
-                raise SurgeryRejected("the operation changed which parameters the model has; Adam's state cannot follow")
+                raise SurgeryRejected(
+                    "the operation changed which parameters the model has; Adam's state cannot follow"
+                )
             state = {i: self.moments[name] for i, name in enumerate(self.names) if name in self.moments}
             optimizer = {"state": state, "param_groups": [dict(g) for g in self.groups]}
         return ModelState(self.spec, self.params, optimizer, dict(self.anneal))
-

@@ -26,9 +26,9 @@ import structlog
 import torch
 from torch import Tensor
 
-from five_actors.errors import SurgeryRejected
+from five_actors.errors import GameError, SurgeryRejected
 from five_actors.game.config import HERO_TYPE_NAMES, GameConfig
-from five_actors.game.layout import ActionSpec, ObsSpec
+from five_actors.game.layout import ActionSpec, ObsSpec, project_masks, project_obs
 from five_actors.model.policy import MASKED_LOGIT, Policy, State
 from five_actors.model.spec import ModelSpec
 from five_actors.surgery.ops import SurgeryOp, apply
@@ -100,7 +100,8 @@ def probe_config(spec: ModelSpec, base: GameConfig | None = None, version: int |
         raise SurgeryRejected(f"cannot record probes: the model's layout is not the lane game's ({exc})") from None
     if 2 * config.structures_per_side != structures:
         raise SurgeryRejected(
-            f"cannot record probes: the model sees {structures} structures, the game config {2 * config.structures_per_side}; "
+            f"cannot record probes: the model sees {structures} structures, the game config "
+            f"{2 * config.structures_per_side}; "
             "pass the run's config (lanes, towers_per_lane)"
         )
     return config
@@ -110,12 +111,12 @@ def record_probes(config: GameConfig, steps: int = 256, games: int = 2, seed: in
     """Play `steps` steps of `games` lane games, scripted bot against random bot, and record what the heroes saw."""
     from five_actors.game.bots import RandomBot, ScriptedBot
     from five_actors.game.env import LaneGame
-    from five_actors.game.match import team_rows
+    from five_actors.game.match import Bot, team_rows
 
     if steps < 1 or games < 1:
         raise SurgeryRejected(f"probes need at least one step of one game, got {steps} steps of {games} games")
     env = LaneGame(dataclasses.replace(config, games_per_batch=games, seed=seed))
-    bots = (ScriptedBot(env.config), RandomBot(seed))
+    bots: tuple[Bot, Bot] = (ScriptedBot(env.config), RandomBot(seed))
     obs, masks = env.reset(seed)
     starts = np.ones(env.num_rows, dtype=bool)
     record: dict[str, list[np.ndarray]] = {"obs": [], "starts": [], **{f"mask:{k}": [] for k in masks}}
@@ -140,58 +141,18 @@ def record_probes(config: GameConfig, steps: int = 256, games: int = 2, seed: in
     )
 
 
-def project_obs(obs: np.ndarray, source: ObsSpec, target: ObsSpec) -> np.ndarray:
-    """Observations `[..., source.size]` in `target`'s layout, by feature name; features `source` lacks are 0."""
-    index = np.full(target.size, -1, dtype=np.int64)
-    at = 0
-    for block in target.blocks:
-        try:
-            have = source.block(block.name)
-        except KeyError:
-            raise SurgeryRejected(f"the probes have no entity block {block.name!r}") from None
-        if have.slots != block.slots:
-            raise SurgeryRejected(f"block {block.name!r} has {have.slots} slots in the probes, {block.slots} in the model")
-        start = source.offset(block.name)
-        for slot in range(block.slots):
-            for f, feature in enumerate(block.features):
-                if feature in have.features:
-                    index[at + slot * block.width + f] = start + slot * have.width + have.features.index(feature)
-        at += block.size
-    out = obs[..., np.maximum(index, 0)]
-    out[..., index < 0] = 0.0
-    return out
-
-
-def project_masks(masks: Mapping[str, np.ndarray], source: ActionSpec, target: ActionSpec) -> dict[str, np.ndarray]:
-    """Masks in `target`'s action layout, by type name; types `source` lacks are masked off."""
-    if [(h.name, h.size) for h in source.heads] != [(h.name, h.size) for h in target.heads]:
-        raise SurgeryRejected("the probes' action heads differ from the model's")
-    index = np.array([source.types.index(t) if t in source.types else -1 for t in target.types])
-    known = index >= 0
-    out = {}
-    for name, mask in masks.items():
-        axis = mask.ndim - 1 if name == "type" else mask.ndim - 2
-        picked = np.take(mask, np.maximum(index, 0), axis=axis)
-        shape = [1] * mask.ndim
-        shape[axis] = len(index)
-        out[name] = picked & known.reshape(shape)
-    return out
-
-
 @torch.no_grad()
-def distributions(policy: Policy, obs: Tensor, masks: Mapping[str, Tensor], state: State) -> tuple[dict[str, Tensor], Tensor, State]:
+def distributions(
+    policy: Policy, obs: Tensor, masks: Mapping[str, Tensor], state: State
+) -> tuple[dict[str, Tensor], Tensor, State]:
     """Every head's masked probabilities (`type` [rows, types]; a secondary head [rows, types, size] under
     each type's mask), the value head's output [rows] and the next LSTM state."""
-    embeddings, core_in = policy._encode(obs)
+    embeddings, core_in = policy.encode(obs)
     h, c = policy.core_step(core_in, state)
-    probs = {"type": _softmax(policy.type_head(h).masked_fill(~masks["type"], MASKED_LOGIT))}
+    logits = policy.head_logits(h, embeddings)
+    probs = {"type": _softmax(logits["type"].masked_fill(~masks["type"], MASKED_LOGIT))}
     for head in policy.spec.actions.heads:
-        module = policy.heads[head.name]
-        if head.pointer_blocks:
-            logits = module(h, torch.cat([embeddings[b] for b in head.pointer_blocks], dim=1))
-        else:
-            logits = module(h)
-        probs[head.name] = _softmax(logits.unsqueeze(1).masked_fill(~masks[head.name], MASKED_LOGIT))
+        probs[head.name] = _softmax(logits[head.name].unsqueeze(1).masked_fill(~masks[head.name], MASKED_LOGIT))
     return probs, policy.value_head(h).squeeze(-1), (h, c)
 
 
@@ -204,6 +165,13 @@ def _softmax(logits: Tensor) -> Tensor:
 
 def compare(old: ModelState, new: ModelState, probes: Probes) -> Verification:
     """Run both models over the probes and measure how far apart their outputs are."""
+    try:
+        return _compare(old, new, probes)
+    except GameError as exc:
+        raise SurgeryRejected(f"the probes do not fit the model: {exc}") from None
+
+
+def _compare(old: ModelState, new: ModelState, probes: Probes) -> Verification:
     models = []
     for state in (old, new):
         policy = state.build_policy()
@@ -225,7 +193,9 @@ def compare(old: ModelState, new: ModelState, probes: Probes) -> Verification:
         outputs = []
         for i, (policy, obs) in enumerate(models):
             h, c = states[i]
-            probs, value, states[i] = distributions(policy, obs[t], {k: v[t] for k, v in masks[i].items()}, (h * keep, c * keep))
+            probs, value, states[i] = distributions(
+                policy, obs[t], {k: v[t] for k, v in masks[i].items()}, (h * keep, c * keep)
+            )
             outputs.append((probs, value))
         (old_probs, old_value), (new_probs, new_value) = outputs
         for name, p in old_probs.items():
@@ -272,11 +242,19 @@ def operate(ops: list[SurgeryOp], state: ModelState, probes: Probes, seed: int =
     except SurgeryRejected as exc:
         log.warning("surgery_rejected", operations=names, architecture=state.spec.hash, reason=str(exc))
         raise
-    log.info("surgery", operations=names, architecture_from=state.spec.hash, architecture_to=new.spec.hash, **result.to_dict())
+    log.info(
+        "surgery",
+        operations=names,
+        architecture_from=state.spec.hash,
+        architecture_to=new.spec.hash,
+        **result.to_dict(),
+    )
     return new, result
 
 
-def operate_all(ops: list[SurgeryOp], states: Mapping[Any, ModelState], probes: Probes, seed: int = 0) -> dict[Any, tuple[ModelState, Verification]]:
+def operate_all(
+    ops: list[SurgeryOp], states: Mapping[Any, ModelState], probes: Probes, seed: int = 0
+) -> dict[Any, tuple[ModelState, Verification]]:
     """The same surgery on several versions (the latest and every past one in the opponent pool): all or none.
 
     New units get the same initial weights in every version (one seed). A version that is

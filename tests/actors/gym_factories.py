@@ -26,10 +26,14 @@ class DictObservations(gym.Env):  # type: ignore[type-arg]
     """Dict observations (a Box and a Discrete) and Tuple actions (a Discrete(3, start=1) and a MultiDiscrete):
     rewarded for repeating the Discrete part of the observation as the first action."""
 
-    observation_space = gym.spaces.Dict({"position": gym.spaces.Box(-1.0, 1.0, (2,), np.float32), "colour": gym.spaces.Discrete(3)})
+    observation_space = gym.spaces.Dict(
+        {"position": gym.spaces.Box(-1.0, 1.0, (2,), np.float32), "colour": gym.spaces.Discrete(3)}
+    )
     action_space = gym.spaces.Tuple((gym.spaces.Discrete(3, start=1), gym.spaces.MultiDiscrete([2, 4])))
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         super().reset(seed=seed)
         self._steps = 0
         return self._observe(), {}

@@ -88,7 +88,12 @@ async def test_actors_in_the_head_and_in_process_children_see_the_run_config(hea
     agent = head.system.actor(AGENT_PATH)
     assert isinstance(agent, NodeAgent)
     actors: dict[str, Any] = {a["path"]: a for a in (await agent.view())["actors"]}
-    expected = {"name": "ctx-test", "games_per_actor": 7, "rendezvous_port": config.training.rendezvous_port, "run_dir": str(tmp_path)}
+    expected = {
+        "name": "ctx-test",
+        "games_per_actor": 7,
+        "rendezvous_port": config.training.rendezvous_port,
+        "run_dir": str(tmp_path),
+    }
     for path in ("/root/local", "/root/proc", "/root/group/inner"):
         status = actors[path]["status"]
         assert {k: status[k] for k in expected} == expected, path

@@ -13,7 +13,7 @@ import torch
 from five_actors.actors.params import model_spec
 from five_actors.config import load_config
 from five_actors.envs import EnvConfig, make_env, make_single_agent
-from five_actors.errors import ConfigError, GameError
+from five_actors.errors import ConfigError
 from five_actors.game.config import GameConfig
 from five_actors.model.config import ModelConfig
 from five_actors.model.policy import Policy
@@ -55,20 +55,40 @@ def test_an_mlp_core_plays_and_trains_with_the_state_shape_of_the_lstm() -> None
     assert out.actions.shape == (4, 1) and out.state[0].shape == (4, 16)
     # Without memory, the same observation gives the same distribution whatever the state says.
     busy = (torch.randn(4, 16), torch.randn(4, 16))
-    steps = lambda state: policy.evaluate(torch.as_tensor(obs)[None], {k: torch.as_tensor(v)[None] for k, v in masks.items()},  # noqa: E731
-                                          out.actions[None], torch.zeros(1, 4, dtype=torch.bool), state)
-    assert torch.allclose(steps(busy)[0], steps(policy.initial_state(4))[0])
+
+    def logp(state: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        inputs = torch.as_tensor(obs)[None], {k: torch.as_tensor(v)[None] for k, v in masks.items()}
+        return policy.evaluate(*inputs, out.actions[None], torch.zeros(1, 4, dtype=torch.bool), state)[0]
+
+    assert torch.allclose(logp(busy), logp(policy.initial_state(4)))
     assert ModelSpec.from_dict(spec.to_dict()) == spec
 
 
 def test_an_lstm_spec_keeps_its_hash() -> None:
     lane = model_spec(load_config("smoke"))
-    assert lane.core == "lstm" and "core" not in lane.to_dict()  # runs and checkpoints from before keep their architecture name
+    assert (
+        lane.core == "lstm" and "core" not in lane.to_dict()
+    )  # runs and checkpoints from before keep their architecture name
 
 
 def test_up_refuses_an_unsupported_space_with_exit_2(tmp_path: Path) -> None:
-    proc = Proc(["up", "--config", "cartpole", "--run-dir", str(tmp_path / "run"), "--port", "0",
-                 "--set", "env.id=lane", "--set", f"env.factory={FACTORIES}:text_observations"], tmp_path, "up")  # fmt: skip
+    proc = Proc(
+        [
+            "up",
+            "--config",
+            "cartpole",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--port",
+            "0",
+            "--set",
+            "env.id=lane",
+            "--set",
+            f"env.factory={FACTORIES}:text_observations",
+        ],
+        tmp_path,
+        "up",
+    )
     assert proc.proc.wait(60) == 2
     assert "observation space Text(" in proc.err and "is not supported" in proc.err
     assert "serving http" not in proc.out  # refused before anything started
@@ -78,7 +98,9 @@ def test_up_refuses_an_unsupported_space_with_exit_2(tmp_path: Path) -> None:
 def cartpole(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Proc, Path]]:
     where = tmp_path_factory.mktemp("cartpole")
     run_dir = where / "run"
-    proc = Proc(["up", "--config", "cartpole", "--run-dir", str(run_dir), "--port", "0", "--duration", "240"], where, "up")
+    proc = Proc(
+        ["up", "--config", "cartpole", "--run-dir", str(run_dir), "--port", "0", "--duration", "240"], where, "up"
+    )
     try:
         yield proc, run_dir
     finally:
@@ -94,18 +116,24 @@ def test_up_trains_cartpole_and_its_mean_return_rises(cartpole: tuple[Proc, Path
         return [e for e in log_events(run_dir, "training_progress") if e.get("mean_return") is not None]
 
     first = wait_until(lambda: progress(), timeout=180, what="a first mean return")[0]["mean_return"]
-    best = wait_until(lambda: (p := progress()) and (b := max(e["mean_return"] for e in p)) >= max(100.0, 3 * first) and b,
-                      timeout=240, what=f"the mean return rising from {first} past max(100, 3x)")  # fmt: skip
+    best = wait_until(
+        lambda: (p := progress()) and (b := max(e["mean_return"] for e in p)) >= max(100.0, 3 * first) and b,
+        timeout=240,
+        what=f"the mean return rising from {first} past max(100, 3x)",
+    )
     assert best > first
     result = wait_until(lambda: log_events(run_dir, "eval_result"), timeout=120, what="an eval_result")[-1]
     assert result["episodes"] == 10 and result["ci_low"] <= result["mean_return"] <= result["ci_high"]
     assert "win_rate" not in result and "trueskill" not in result
     status, metrics = get(f"{url}/metrics")
-    assert status == 200 and "eval_mean_return" in metrics and "game_mean_return" in metrics and "trueskill" not in metrics
+    assert (
+        status == 200 and "eval_mean_return" in metrics and "game_mean_return" in metrics and "trueskill" not in metrics
+    )
     status, view = get(f"{url}/actors")
     game = next(a for a in view["actors"] if a["path"] == "/root/rollouts/game-0")
     assert game["status"]["metrics"]["game_past_opponent_games"] == 0  # single agent: no opponent pool
     assert "return " in proc.out and "eval " in proc.out and "TrueSkill" not in proc.out.splitlines()[-1]
+
     # Episodes that reach CartPole's 500-step limit are bootstrapped through one more InferRequest, and play goes on.
     def truncated() -> dict | None:
         games = [a for a in get(f"{url}/actors")[1]["actors"] if a["path"] == "/root/rollouts/game-0"]
@@ -113,7 +141,10 @@ def test_up_trains_cartpole_and_its_mean_return_rises(cartpole: tuple[Proc, Path
         return metrics if metrics.get("game_episodes_truncated", 0) > 0 else None
 
     before = wait_until(truncated, timeout=180, what="an episode cut at 500 steps")
-    wait_until(lambda: (m := truncated()) and m["game_chunks_sent"] > before["game_chunks_sent"] + 10, what="chunks still flowing")
+    wait_until(
+        lambda: (m := truncated()) and m["game_chunks_sent"] > before["game_chunks_sent"] + 10,
+        what="chunks still flowing",
+    )
     assert before["game_lost_steps"] == 0
 
 

@@ -22,10 +22,18 @@ from five_actors.supervisor.health import _actor_metrics
 from five_actors.supervisor.tree import Supervisor
 
 TINY = [
-    "game.heroes_per_side=2", "game.lanes=1", "game.time_limit_steps=40",
-    "model.entity_hidden=8", "model.entity_embed=8", "model.core_input=16", "model.lstm_size=16", "model.pointer_key=8",
-    "training.eval_games=4", "training.eval_every_s=0.2", "training.eval_past_versions=1",
-]  # fmt: skip
+    "game.heroes_per_side=2",
+    "game.lanes=1",
+    "game.time_limit_steps=40",
+    "model.entity_hidden=8",
+    "model.entity_embed=8",
+    "model.core_input=16",
+    "model.lstm_size=16",
+    "model.pointer_key=8",
+    "training.eval_games=4",
+    "training.eval_every_s=0.2",
+    "training.eval_past_versions=1",
+]
 
 
 def test_wilson_interval_matches_the_formula() -> None:
@@ -61,10 +69,16 @@ def test_ratings_survive_a_save_and_load(tmp_path: Path) -> None:
 async def _run_eval(run_dir: Path, config: Config, rounds: int, keep_past: bool = True) -> dict[str, Any]:
     """Run the stand-in ParamServer and an EvalActor under a supervisor until `rounds` rounds are done."""
     system = ActorSystem("head")
-    tree = from_mapping(TreeConfig, {"children": [
-        {"id": "params", "actor": "tests.actors.support:ParamsStub", "args": {"keep_past": keep_past}},
-        {"id": "eval", "actor": "five_actors.actors.eval:EvalActor", "args": {"params": "head/root/params"}},
-    ]}, "tree")  # fmt: skip
+    tree = from_mapping(
+        TreeConfig,
+        {
+            "children": [
+                {"id": "params", "actor": "tests.actors.support:ParamsStub", "args": {"keep_past": keep_past}},
+                {"id": "eval", "actor": "five_actors.actors.eval:EvalActor", "args": {"params": "head/root/params"}},
+            ]
+        },
+        "tree",
+    )
     root = system.spawn(Supervisor(tree, TreeContext(system, run_dir, config=config)), "/root")
     assert await system.wait_started(root) is None
     try:

@@ -18,9 +18,15 @@ from five_actors.game.replay import load_replay
 from five_actors.model.checkpoint import save_checkpoint
 
 TINY = [
-    "game.heroes_per_side=2", "game.lanes=1", "game.time_limit_steps=40",
-    "model.entity_hidden=8", "model.entity_embed=8", "model.core_input=16", "model.lstm_size=16", "model.pointer_key=8",
-]  # fmt: skip
+    "game.heroes_per_side=2",
+    "game.lanes=1",
+    "game.time_limit_steps=40",
+    "model.entity_hidden=8",
+    "model.entity_embed=8",
+    "model.core_input=16",
+    "model.lstm_size=16",
+    "model.pointer_key=8",
+]
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +44,25 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_run_directory_is_evaluated_against_random_from_its_newest_checkpoint(run_dir: Path, tmp_path: Path) -> None:
     replay = tmp_path / "game0.replay"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    done = subprocess.run([sys.executable, "-m", "five_actors", "eval", str(run_dir), "--vs", "random", "--games", "4",
-                           "--replay", str(replay)], capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "five_actors",
+            "eval",
+            str(run_dir),
+            "--vs",
+            "random",
+            "--games",
+            "4",
+            "--replay",
+            str(replay),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     report = orjson.loads(done.stdout)
     assert report["checkpoint"].endswith("v000000007.ckpt") and report["version"] == 7
@@ -51,18 +74,22 @@ def test_a_run_directory_is_evaluated_against_random_from_its_newest_checkpoint(
     assert load_replay(replay).meta["heroes_per_side"] == 2
 
 
-def test_against_scripted_or_a_checkpoint_the_reference_is_anchored_on_random(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_against_scripted_or_a_checkpoint_the_reference_is_anchored_on_random(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     ckpt = str(run_dir / "checkpoints" / "v000000002.ckpt")
     for vs in ("scripted", str(run_dir)):
         assert main(["eval", ckpt, "--vs", vs, "--games", "2", "--seed", "3"]) == 0
         report = orjson.loads(capsys.readouterr().out)
         assert report["version"] == 2 and report["games"] == 2 and report["anchor"]["games"] == 2
-        # The reference was rated against the pinned random bot first, so its score is not the default 0 by construction.
+        # The reference was rated against the pinned random bot first, so its score is not the default 0 by
+        # construction.
         assert report["reference_trueskill"]["sigma"] < 25 / 3 and "random play is 0" in report["scale"]
 
 
-def test_a_corrupt_or_missing_checkpoint_and_an_unknown_reference_are_refused(run_dir: Path, tmp_path: Path,
-                                                                             capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_a_corrupt_or_missing_checkpoint_and_an_unknown_reference_are_refused(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     corrupt = tmp_path / "v000000002.ckpt"
     data = bytearray((run_dir / "checkpoints" / "v000000002.ckpt").read_bytes())
     data[200] ^= 0xFF

@@ -1,4 +1,5 @@
-"""A learner hears ParamsAvailable from the ParamServer: an announcement the server cannot back must not freeze it (issue 14)."""
+"""A learner hears ParamsAvailable from the ParamServer: an announcement the server cannot back must not freeze it
+(issue 14)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from tests.actors.test_learning import start_learner, start_server, wait_for
 pytestmark = pytest.mark.timeout(120)
 
 
-async def test_a_bogus_architecture_announcement_is_dropped_after_one_check_and_training_goes_on(system: ActorSystem, tmp_path: Path) -> None:
+async def test_a_bogus_architecture_announcement_is_dropped_after_one_check_and_training_goes_on(
+    system: ActorSystem, tmp_path: Path
+) -> None:
     config = tiny_config(minibatch_chunks=4, buffer_chunks=16, max_sample_reuse=2.0, publish_every=1, max_staleness=8)
     server, _ = await start_server(system, config, tmp_path)
     learner, ref = await start_learner(system, config, param_server="test/params")

@@ -22,8 +22,23 @@ LEARNER_1 = "/root/learners/learner-1"
 
 def test_two_learners_train_switch_architecture_together_and_a_killed_rank_restarts_the_group(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    run = start(["--config", "smoke", "--learners", "2", "--run-dir", str(run_dir), "--set", "training.pool_max_versions=2",
-                 "--set", "training.surgery_lr_hold_steps=3"], tmp_path, "up", run_dir)  # fmt: skip
+    run = start(
+        [
+            "--config",
+            "smoke",
+            "--learners",
+            "2",
+            "--run-dir",
+            str(run_dir),
+            "--set",
+            "training.pool_max_versions=2",
+            "--set",
+            "training.surgery_lr_hold_steps=3",
+        ],
+        tmp_path,
+        "up",
+        run_dir,
+    )
     try:
         wait_until(lambda: _version(run.url) >= 3, timeout=START, what="three versions from the two-learner group")
         view = run.view()
@@ -35,8 +50,11 @@ def test_two_learners_train_switch_architecture_together_and_a_killed_rank_resta
         status, report = post(f"{run.url}/surgery", {"ops": ["widen-lstm", "48"], "probe_steps": 32}, token)
         assert status == 200, report
         new_arch, swapped_at = report["changes"]["architecture"]["to"], report["version_to"]
-        wait_until(lambda: all(metric(run.url, path, "arch", "progress") == new_arch for path in (LEARNER_0, LEARNER_1)),
-                   timeout=120, what="both ranks on the new architecture")  # fmt: skip
+        wait_until(
+            lambda: all(metric(run.url, path, "arch", "progress") == new_arch for path in (LEARNER_0, LEARNER_1)),
+            timeout=120,
+            what="both ranks on the new architecture",
+        )
         wait_until(lambda: _version(run.url) >= swapped_at + 6, timeout=120, what="versions advancing after the swap")
         view = run.view()
         assert all(actor(view, path)["restarts"] == 0 for path in (LEARNER_0, LEARNER_1))
@@ -44,7 +62,11 @@ def test_two_learners_train_switch_architecture_together_and_a_killed_rank_resta
         assert len(adopted) == 2 and not log_events(run_dir, "learner_group_stopped")
         # The learning rate is held at 0 for the first steps on the new weights (Adam's moments settle), then resumes.
         for switch in adopted:
-            rates = [e["learning_rate"] for e in log_events(run_dir, "train_step") if e["rank"] == switch["rank"] and e["ts"] > switch["ts"]]
+            rates = [
+                e["learning_rate"]
+                for e in log_events(run_dir, "train_step")
+                if e["rank"] == switch["rank"] and e["ts"] > switch["ts"]
+            ]
             assert rates[:3] == [0.0, 0.0, 0.0] and rates[3] > 0, rates
         # Every chunk the game made is trained, refused, dropped, evicted or waiting on one of the ranks (or lost,
         # counted by the game), at a moment when none is in flight.
@@ -59,12 +81,16 @@ def test_two_learners_train_switch_architecture_together_and_a_killed_rank_resta
         def group_restarted() -> bool:
             now = run.view()
             return all(
-                (a := actor(now, path))["restarts"] > before[path]["restarts"] and a["state"] == "running" and a["pid"] != before[path]["pid"]
+                (a := actor(now, path))["restarts"] > before[path]["restarts"]
+                and a["state"] == "running"
+                and a["pid"] != before[path]["pid"]
                 for path in (LEARNER_0, LEARNER_1)
             )
 
         wait_until(group_restarted, timeout=START, what="both ranks restarted (one_for_all)")
-        wait_until(lambda: _version(run.url) > version, timeout=START, what="versions advancing after the group restart")
+        wait_until(
+            lambda: _version(run.url) > version, timeout=START, what="versions advancing after the group restart"
+        )
         # The new group started from the ParamServer's latest version: nothing before the kill was lost.
         restarted = run.view()
         assert _metric(restarted, LEARNER_0, "version") >= version

@@ -50,10 +50,14 @@ class Subscriber(Actor):
 
 def shifted(state: dict[str, np.ndarray], by: float) -> dict[str, np.ndarray]:
     """A recognisable parameter version: every float parameter moved by `by`."""
-    return {k: (v + np.asarray(by, v.dtype)) if v.dtype.kind == "f" and "norm" not in k else v for k, v in state.items()}
+    return {
+        k: (v + np.asarray(by, v.dtype)) if v.dtype.kind == "f" and "norm" not in k else v for k, v in state.items()
+    }
 
 
-async def start_server(system: ActorSystem, config: Config, run_dir: Path | None, path: str = "/params") -> tuple[ParamServerActor, ActorRef]:
+async def start_server(
+    system: ActorSystem, config: Config, run_dir: Path | None, path: str = "/params"
+) -> tuple[ParamServerActor, ActorRef]:
     server = ParamServerActor(config=config, run_dir=None if run_dir is None else str(run_dir))
     ref = system.spawn(server, path)
     assert await system.wait_started(ref) is None
@@ -81,7 +85,9 @@ def same_state(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
 # -- the ParamServer --------------------------------------------------------------------------
 
 
-async def test_versions_advance_subscribers_hear_of_each_and_past_versions_are_served(system: ActorSystem, tmp_path: Path) -> None:
+async def test_versions_advance_subscribers_hear_of_each_and_past_versions_are_served(
+    system: ActorSystem, tmp_path: Path
+) -> None:
     config = tiny_config(checkpoint_every=2, keep_checkpoints=5, pool_add_every=100)
     server, ref = await start_server(system, config, tmp_path)
     subscriber = Subscriber()
@@ -157,12 +163,19 @@ async def test_opponents_come_from_the_pool_and_wins_update_its_quality(system: 
     assert stats["wins"] == 1 and stats["losses"] == 1
 
 
-async def test_a_restarted_param_server_resumes_counter_params_optimizer_and_pool(system: ActorSystem, tmp_path: Path) -> None:
+async def test_a_restarted_param_server_resumes_counter_params_optimizer_and_pool(
+    system: ActorSystem, tmp_path: Path
+) -> None:
     config = tiny_config(checkpoint_every=3, keep_checkpoints=1, pool_add_every=2)
     server, ref = await start_server(system, config, tmp_path)
     moments = {"0.step": np.array(7.0, np.float32)}
     first = next(iter(initial_policy(server.spec, 0).parameters()))
-    moments.update({"0.exp_avg": np.full(tuple(first.shape), 0.5, np.float32), "0.exp_avg_sq": np.full(tuple(first.shape), 0.25, np.float32)})
+    moments.update(
+        {
+            "0.exp_avg": np.full(tuple(first.shape), 0.5, np.float32),
+            "0.exp_avg_sq": np.full(tuple(first.shape), 0.25, np.float32),
+        }
+    )
     for v in (1, 2, 3, 4, 5):
         if v == 5:
             await ref.tell(OptimizerState(5, server.arch, moments))
@@ -189,12 +202,25 @@ async def test_a_restarted_param_server_resumes_counter_params_optimizer_and_poo
 # -- the learners -----------------------------------------------------------------------------
 
 
-def test_two_learner_processes_average_gradients_end_with_identical_parameters_and_stop_together(tmp_path: Path) -> None:
+def test_two_learner_processes_average_gradients_end_with_identical_parameters_and_stop_together(
+    tmp_path: Path,
+) -> None:
     training = {"minibatch_chunks": 4, "buffer_chunks": 8, "max_sample_reuse": 1.0}
     port = free_port()
     # Rank 0 is stopped after its step; rank 1 would wait for fresh chunks for a minute, but leaves with it.
-    jobs = [{"rank": r, "world_size": 2, "port": port, "training": training, "chunks": 4, "rollout_seeds": [100 + r],
-             "steps": 1 if r == 0 else 1000, "seconds": 60} for r in range(2)]  # fmt: skip
+    jobs = [
+        {
+            "rank": r,
+            "world_size": 2,
+            "port": port,
+            "training": training,
+            "chunks": 4,
+            "rollout_seeds": [100 + r],
+            "steps": 1 if r == 0 else 1000,
+            "seconds": 60,
+        }
+        for r in range(2)
+    ]
     rank0, rank1 = run_world(jobs, tmp_path)
     assert rank0["stats"]["steps"] == rank1["stats"]["steps"] == 1
     assert not rank1["alive"] and rank1["elapsed_s"] < 50
@@ -234,7 +260,9 @@ def _as_chunks(rollout: Any) -> Any:
     return to_chunks(list(buffer.chunks), torch.device("cpu"))
 
 
-async def start_learner(system: ActorSystem, config: Config, path: str = "/learner", param_server: str = "") -> tuple[LearnerActor, ActorRef]:
+async def start_learner(
+    system: ActorSystem, config: Config, path: str = "/learner", param_server: str = ""
+) -> tuple[LearnerActor, ActorRef]:
     learner = LearnerActor(param_server=param_server, config=config)
     ref = system.spawn(learner, path)
     assert await system.wait_started(ref) is None
@@ -284,8 +312,12 @@ async def test_wrong_arch_or_misshapen_chunks_are_refused_and_counted(system: Ac
     assert stats["chunks_refused"] == 6 and stats["chunks_received"] == 0 and stats["steps"] == 0
 
 
-async def test_learners_publish_to_the_param_server_and_a_restarted_learner_continues_from_it(system: ActorSystem, tmp_path: Path) -> None:
-    config = tiny_config(minibatch_chunks=4, buffer_chunks=16, max_sample_reuse=2.0, publish_every=1, checkpoint_every=1)
+async def test_learners_publish_to_the_param_server_and_a_restarted_learner_continues_from_it(
+    system: ActorSystem, tmp_path: Path
+) -> None:
+    config = tiny_config(
+        minibatch_chunks=4, buffer_chunks=16, max_sample_reuse=2.0, publish_every=1, checkpoint_every=1
+    )
     server, server_ref = await start_server(system, config, tmp_path)
     learner, ref = await start_learner(system, config, param_server="test/params")
     await ref.tell(synthetic_rollout(learner.spec, 16, 4, 0, seed=5))
@@ -324,6 +356,8 @@ asyncio.run(main())
 def test_a_learner_stopping_mid_round_lets_its_torch_thread_finish_before_the_process_exits() -> None:
     # A daemon thread still inside torch at interpreter exit aborts the process from C++.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    done = subprocess.run([sys.executable, "-c", STOP_WHILE_TRAINING], capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", STOP_WHILE_TRAINING], capture_output=True, text=True, env=env, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert "terminate called" not in done.stderr

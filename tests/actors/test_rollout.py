@@ -17,9 +17,9 @@ from five_actors.actors.messages import GetStats, InferRequest, PublishParams, R
 from five_actors.actors.param_server import ParamServerActor
 from five_actors.actors.params import initial_policy, model_spec, state_arrays
 from five_actors.config import Config, from_mapping, load_config
-from five_actors.errors import RemoteError
-from five_actors.model.ppo import gae
+from five_actors.errors import ArchMismatch, RemoteError, VersionUnavailable
 from five_actors.model.policy import Policy
+from five_actors.model.ppo import gae
 from five_actors.runtime.actor import Actor, ActorSystem
 
 CHUNK = 8
@@ -29,12 +29,22 @@ GAMES = 2
 
 def tiny_config(**training: Any) -> Config:
     """A tiny model, two short games per actor, 8-step chunks."""
-    return from_mapping(Config, {
-        "game": {"time_limit_steps": 40, "heroes_per_side": 2, "lanes": 1},
-        "model": {"entity_hidden": 8, "entity_embed": 8, "core_input": 16, "lstm_size": 16, "pointer_key": 4},
-        "training": {"games_per_actor": GAMES, "rollout_chunk_steps": CHUNK, "gae_window": WINDOW,
-                     "past_opponent_share": 0.0, "inference_deadline_ms": 1.0, "infer_timeout_s": 2.0, **training},
-    })  # fmt: skip
+    return from_mapping(
+        Config,
+        {
+            "game": {"time_limit_steps": 40, "heroes_per_side": 2, "lanes": 1},
+            "model": {"entity_hidden": 8, "entity_embed": 8, "core_input": 16, "lstm_size": 16, "pointer_key": 4},
+            "training": {
+                "games_per_actor": GAMES,
+                "rollout_chunk_steps": CHUNK,
+                "gae_window": WINDOW,
+                "past_opponent_share": 0.0,
+                "inference_deadline_ms": 1.0,
+                "infer_timeout_s": 2.0,
+                **training,
+            },
+        },
+    )
 
 
 def publish(policy: Policy, version: int) -> PublishParams:
@@ -60,8 +70,12 @@ async def until(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
         await asyncio.sleep(0.02)
 
 
-def start(system: ActorSystem, config: Config, games: int = 1, learners: int = 1,
-          ) -> tuple[ParamServerActor, InferenceActor, list[GameActor], list[LearnerStandIn]]:
+def start(
+    system: ActorSystem,
+    config: Config,
+    games: int = 1,
+    learners: int = 1,
+) -> tuple[ParamServerActor, InferenceActor, list[GameActor], list[LearnerStandIn]]:
     """A ParamServer (version 0, no run dir), one InferenceActor, `games` GameActors, `learners` learner stand-ins."""
     server = ParamServerActor(config=config)
     system.spawn(server, "/params")
@@ -72,7 +86,9 @@ def start(system: ActorSystem, config: Config, games: int = 1, learners: int = 1
         system.spawn(learner, f"/learner-{i}")
     game_actors = []
     for i in range(games):
-        game = GameActor("test/inference", [f"test/learner-{j}" for j in range(learners)], "test/params", config=config, seed=i)
+        game = GameActor(
+            "test/inference", [f"test/learner-{j}" for j in range(learners)], "test/params", config=config, seed=i
+        )
         system.spawn(game, f"/game-{i}")
         game_actors.append(game)
     return server, inference, game_actors, learner_actors
@@ -111,8 +127,10 @@ async def test_rollout_chunks_have_the_contract_shapes_and_match_a_local_forward
     for rollout in rollouts[:3]:
         with torch.no_grad():
             logp, _, value = policy.evaluate(
-                torch.from_numpy(rollout.obs), {k: torch.from_numpy(v) for k, v in rollout.masks.items()},
-                torch.from_numpy(rollout.actions), torch.from_numpy(rollout.starts),
+                torch.from_numpy(rollout.obs),
+                {k: torch.from_numpy(v) for k, v in rollout.masks.items()},
+                torch.from_numpy(rollout.actions),
+                torch.from_numpy(rollout.starts),
                 (torch.from_numpy(rollout.h), torch.from_numpy(rollout.c)),
             )
         np.testing.assert_allclose(logp.numpy(), rollout.logp, atol=1e-4)
@@ -121,9 +139,14 @@ async def test_rollout_chunks_have_the_contract_shapes_and_match_a_local_forward
     # past it, bootstrapping from the value after the window.
     first, second, third = rollouts[:3]
     np.testing.assert_array_equal(second.starts[0], first.dones[-1])
-    span = {k: torch.from_numpy(np.concatenate([getattr(first, k), getattr(second, k)])) for k in ("rewards", "values", "dones")}
+    span = {
+        k: torch.from_numpy(np.concatenate([getattr(first, k), getattr(second, k)]))
+        for k in ("rewards", "values", "dones")
+    }
     gamma = config.ppo.gamma(1.0 / config.game.steps_per_second)
-    advantages, _ = gae(span["rewards"], span["values"], span["dones"], torch.from_numpy(third.values[0]), gamma, config.ppo.gae_lambda)
+    advantages, _ = gae(
+        span["rewards"], span["values"], span["dones"], torch.from_numpy(third.values[0]), gamma, config.ppo.gae_lambda
+    )
     np.testing.assert_allclose(first.advantages, advantages[:CHUNK].numpy(), rtol=1e-5, atol=1e-5)
 
     stats = await system.ref("/game-0").ask(GetStats())
@@ -168,19 +191,33 @@ async def test_a_request_of_another_arch_or_shape_is_refused_with_a_clear_error(
     rows, D, H = 3, spec.obs.size, spec.lstm_size
     types, heads = len(spec.actions.types), spec.actions.heads
     masks = {"type": np.ones((rows, types), bool), **{h.name: np.ones((rows, types, h.size), bool) for h in heads}}
-    good = InferRequest(np.zeros((rows, D), np.float32), masks, np.zeros((rows, H), np.float32),
-                        np.zeros((rows, H), np.float32), np.full(rows, -1, np.int64), spec.hash)
+    good = InferRequest(
+        np.zeros((rows, D), np.float32),
+        masks,
+        np.zeros((rows, H), np.float32),
+        np.zeros((rows, H), np.float32),
+        np.full(rows, -1, np.int64),
+        spec.hash,
+    )
     ref = system.ref("/inference")
     reply = await ref.ask(good, timeout=30)
     assert reply.actions.shape == (rows, spec.actions.columns) and reply.versions.tolist() == [0] * rows
-    with pytest.raises(RemoteError, match="arch 'deadbeef'"):
+    with pytest.raises(RemoteError, match="arch 'deadbeef'") as refused:
         await ref.ask(InferRequest(good.obs, masks, good.h, good.c, good.versions, "deadbeef"))
+    assert refused.value.is_a(ArchMismatch)  # the type crosses the wire: game actors act on it, not on the text
     with pytest.raises(RemoteError, match=rf"obs must be float32 \[rows, {D}\]"):
-        await ref.ask(InferRequest(np.zeros((rows, D + 1), np.float32), masks, good.h, good.c, good.versions, spec.hash))
+        await ref.ask(
+            InferRequest(np.zeros((rows, D + 1), np.float32), masks, good.h, good.c, good.versions, spec.hash)
+        )
     with pytest.raises(RemoteError, match=r"h must be float32"):
-        await ref.ask(InferRequest(good.obs, masks, np.zeros((rows, H + 1), np.float32), good.c, good.versions, spec.hash))
-    with pytest.raises(RemoteError, match="policy version 7 is not available: .*unknown parameter version 7"):
+        await ref.ask(
+            InferRequest(good.obs, masks, np.zeros((rows, H + 1), np.float32), good.c, good.versions, spec.hash)
+        )
+    with pytest.raises(
+        RemoteError, match="policy version 7 is not available: .*unknown parameter version 7"
+    ) as refused:
         await ref.ask(InferRequest(good.obs, masks, good.h, good.c, np.full(rows, 7, np.int64), spec.hash))
+    assert refused.value.is_a(VersionUnavailable) and not refused.value.is_a(ArchMismatch)
     assert (await ref.ask(good)).arch == spec.hash, "the actor goes on after refusing"
 
 
@@ -196,7 +233,9 @@ def test_row_versions_put_each_games_past_opponent_on_its_side() -> None:
     assert versions.tolist() == [LATEST] * 4 + [LATEST, LATEST, 5, 5] + [9, 9, LATEST, LATEST]
 
 
-async def test_past_opponents_meet_the_latest_policy_on_both_sides_and_only_latest_rows_are_shipped(system: ActorSystem) -> None:
+async def test_past_opponents_meet_the_latest_policy_on_both_sides_and_only_latest_rows_are_shipped(
+    system: ActorSystem,
+) -> None:
     config = tiny_config(past_opponent_share=1.0, pool_add_every=1)
     spec = model_spec(config)
     server = ParamServerActor(config=config)
@@ -269,7 +308,9 @@ async def test_a_game_actor_moves_on_to_another_inference_actor_when_one_dies(sy
     assert other.forwards > 0 and 1 <= game.lost_steps <= 2, "one failed ask, then the other inference actor"
 
 
-async def test_chunks_are_counted_lost_while_the_learner_is_down_and_flow_again_after_its_restart(system: ActorSystem) -> None:
+async def test_chunks_are_counted_lost_while_the_learner_is_down_and_flow_again_after_its_restart(
+    system: ActorSystem,
+) -> None:
     config = tiny_config()
     _, _, (game,), (learner,) = start(system, config)
     await until(lambda: len(learner.rollouts) >= 1)

@@ -52,10 +52,17 @@ class Run:
         pid, restarts = actor(before, path)["pid"], actor(before, path)["restarts"]
         assert pid and pid != self.proc.proc.pid
         os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: (a := actor(self.view(), path))["restarts"] > restarts and a["state"] == "running" and a["pid"] != pid,
-                   timeout=START, what=f"{path} restarted")  # fmt: skip
+        wait_until(
+            lambda: (
+                (a := actor(self.view(), path))["restarts"] > restarts and a["state"] == "running" and a["pid"] != pid
+            ),
+            timeout=START,
+            what=f"{path} restarted",
+        )
         version = _version(self.url)
-        wait_until(lambda: _version(self.url) > version, timeout=START, what=f"versions advancing after {path} was killed")
+        wait_until(
+            lambda: _version(self.url) > version, timeout=START, what=f"versions advancing after {path} was killed"
+        )
         wait_until(lambda: get(f"{self.url}/health")[0] == 200, timeout=60, what="/health 200 again")
 
 
@@ -83,19 +90,30 @@ def test_training_runs_versions_advance_and_chunks_flow(run: Run) -> None:
     assert _metric(view, "/root/learners/learner-0", "steps") > 0
     assert (run.run_dir / "config.json").is_file() and list((run.run_dir / "checkpoints").iterdir())
     wait_until(lambda: get(f"{run.url}/health")[0] == 200, timeout=START, what="/health 200 with every process up")
-    line = run.proc.wait_for_output(r"v \d+ \| env steps/s [\d,]+ \| samples/s [\d,]+ \| staleness [\d.]+ \| reuse [\d.]+").group(0)
+    line = run.proc.wait_for_output(
+        r"v \d+ \| env steps/s [\d,]+ \| samples/s [\d,]+ \| staleness [\d.]+ \| reuse [\d.]+"
+    ).group(0)
     assert line
 
 
 def test_eval_rates_the_policy_and_metrics_show_the_training_facts(run: Run) -> None:
-    view = wait_until(lambda: (v := run.view()) and (_metric(v, "/root/eval", "eval_rounds") or 0) >= 1 and v,
-                      timeout=START, what="an eval round")  # fmt: skip
+    view = wait_until(
+        lambda: (v := run.view()) and (_metric(v, "/root/eval", "eval_rounds") or 0) >= 1 and v,
+        timeout=START,
+        what="an eval round",
+    )
     last = actor(view, "/root/eval")["status"]["last"]
     assert set(last["results"]) >= {"random", "scripted"} and isinstance(last["trueskill"], float)
     assert list((run.run_dir / "replays").glob("eval-*-vs-scripted.replay"))
     metrics = get(f"{run.url}/metrics")[1]
-    for name in ("five_actors_version", "five_actors_eval_trueskill", "five_actors_eval_win_rate_scripted",
-                 "five_actors_game_env_steps", "five_actors_sample_reuse", "five_actors_inference_latency_p99_ms"):  # fmt: skip
+    for name in (
+        "five_actors_version",
+        "five_actors_eval_trueskill",
+        "five_actors_eval_win_rate_scripted",
+        "five_actors_game_env_steps",
+        "five_actors_sample_reuse",
+        "five_actors_inference_latency_p99_ms",
+    ):
         assert f"\n{name}{{" in metrics, name
     run.proc.wait_for_output(r"vs scripted [\d.]+ \[[\d.]+, [\d.]+\] \| TrueSkill -?[\d.]+", timeout=60)
 
@@ -118,30 +136,53 @@ def test_sigterm_stops_cleanly_logs_replay_and_resume_continues(run: Run, tmp_pa
     assert log_events(run.run_dir, "training_progress")
 
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    replay = subprocess.run([sys.executable, "-m", "five_actors", "logs", "replay", str(run.run_dir), "--event", "eval_result"],
-                            cwd=REPO, env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    replay = subprocess.run(
+        [sys.executable, "-m", "five_actors", "logs", "replay", str(run.run_dir), "--event", "eval_result"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert replay.returncode == 0 and "eval_result" in replay.stdout and "opponent=scripted" in replay.stdout
-    history = subprocess.run([sys.executable, "-m", "five_actors", "logs", "eval", str(run.run_dir), "--json"],
-                             cwd=REPO, env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    history = subprocess.run(
+        [sys.executable, "-m", "five_actors", "logs", "eval", str(run.run_dir), "--json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     rows = [json.loads(line) for line in history.stdout.splitlines()]
     assert history.returncode == 0 and [r["round"] for r in rows] == list(range(1, rounds + 1)), history.stderr
     assert all(0.0 <= r["win_rate_scripted"] <= 1.0 and isinstance(r["trueskill"], float) for r in rows)
     assert rows[-1]["env_steps"] > 0 and rows[-1]["version"] >= rows[0]["version"]
     plot = tmp_path / "curves.png"
-    drawn = subprocess.run([sys.executable, "-m", "five_actors", "logs", "eval", str(run.run_dir), "--plot", str(plot)],
-                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    drawn = subprocess.run(
+        [sys.executable, "-m", "five_actors", "logs", "eval", str(run.run_dir), "--plot", str(plot)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert drawn.returncode == 0, drawn.stderr
     assert plot.read_bytes().startswith(b"\x89PNG") and len(plot.read_bytes()) > 10_000
     page = plot.with_suffix(".html").read_text()
-    assert "data:image/png;base64," in page and f"{rows[-1]['version']:>8}" in page, "the page shows the picture and the rounds"
+    assert "data:image/png;base64," in page and f"{rows[-1]['version']:>8}" in page, (
+        "the page shows the picture and the rounds"
+    )
 
     again = start(["--resume", str(run.run_dir)], tmp_path, "resume", run.run_dir)
     try:
         wait_until(lambda: _version(again.url) > final, timeout=START, what="versions beyond the last checkpoint")
         restored = log_events(run.run_dir, "checkpoint_restored")
         assert restored and restored[-1]["version"] == final
-        wait_until(lambda: max(e["round"] for e in log_events(run.run_dir, "eval_result")) > rounds,
-                   timeout=START, what="eval rounds continuing")  # fmt: skip
+        wait_until(
+            lambda: max(e["round"] for e in log_events(run.run_dir, "eval_result")) > rounds,
+            timeout=START,
+            what="eval rounds continuing",
+        )
         assert again.proc.terminate(timeout=120) == 0, again.proc.err
     finally:
         again.proc.kill()
@@ -164,7 +205,9 @@ start_timeout = 3600.0
 id = "game-1"
 kind = "actor"
 actor = "five_actors.actors.game:GameActor"
-args = { inference = "head.root.inference/root/inference", learners = ["head.root.learners.learner-0/root/learners/learner-0"], params = "head/root/params" }
+args.inference = "head.root.inference/root/inference"
+args.learners = ["head.root.learners.learner-0/root/learners/learner-0"]
+args.params = "head/root/params"
 """
 
 
@@ -179,19 +222,27 @@ def test_a_joined_host_plays_games_and_its_loss_is_reported_while_training_goes_
         wait_until(lambda: (run_dir / "token").is_file(), what="the token file")
         host = Proc([*join, "--run-dir", str(tmp_path / "host-1")], tmp_path, "host-1")
         game = "/root/remote/worker/game-1"
-        wait_until(lambda: (_metric(head.view(), game, "game_chunks_sent") or 0) > 0, timeout=START, what="the worker's game actor shipping chunks")
+        wait_until(
+            lambda: (_metric(head.view(), game, "game_chunks_sent") or 0) > 0,
+            timeout=START,
+            what="the worker's game actor shipping chunks",
+        )
         wait_until(lambda: get(f"{head.url}/health")[0] == 200, timeout=START, what="/health 200 with the worker")
         assert actor(head.view(), game)["node"] == "worker"
 
         host.proc.kill()  # the host disappears
         host.proc.wait()
-        status, body = wait_until(lambda: (r := get(f"{head.url}/health"))[0] == 503 and r, timeout=60, what="the lost host in /health")
+        status, body = wait_until(
+            lambda: (r := get(f"{head.url}/health"))[0] == 503 and r, timeout=60, what="the lost host in /health"
+        )
         assert any("/root/remote/worker" in p for p in body["problems"]), body
         version = _version(head.url)
         wait_until(lambda: _version(head.url) > version + 1, timeout=START, what="training going on without the host")
 
         host = Proc([*join, "--run-dir", str(tmp_path / "host-2")], tmp_path, "host-2")  # it comes back
-        wait_until(lambda: get(f"{head.url}/health")[0] == 200, timeout=START, what="/health 200 after the host rejoined")
+        wait_until(
+            lambda: get(f"{head.url}/health")[0] == 200, timeout=START, what="/health 200 after the host rejoined"
+        )
         assert actor(head.view(), "/root/remote/worker")["restarts"] >= 1
         assert head.proc.terminate(timeout=120) == 0, head.proc.err
     finally:

@@ -65,7 +65,11 @@ def test_param_server_restarts_do_not_freeze_training(run: Run) -> None:
     for _ in range(4):
         before = len(log_events(run.run_dir, "checkpoint_restored"))
         kill(run, PARAMS)
-        wait_until(lambda b=before: len(log_events(run.run_dir, "checkpoint_restored")) > b, timeout=60, what="the ParamServer restored")
+        wait_until(
+            lambda b=before: len(log_events(run.run_dir, "checkpoint_restored")) > b,
+            timeout=60,
+            what="the ParamServer restored",
+        )
         time.sleep(1.0)
     restored = log_events(run.run_dir, "checkpoint_restored")[-1]["version"]
     learner_version = int(metric(run.url, LEARNER, "version", "progress") or 0)
@@ -89,8 +93,11 @@ def test_a_stopped_learner_is_reported_and_restarted(run: Run) -> None:
     try:
         body = wait_until(lambda: stalled_health(run), timeout=STALL_S + 60, what="/health naming the stall")
         assert any("no new version" in p or f"{LEARNER} trained no chunk" in p for p in body["problems"]), body
-        wait_until(lambda: actor(get(f"{run.url}/actors")[1], LEARNER).get("pid") not in (None, pid), timeout=120,
-                   what="the learner restarted by the watchdog")  # fmt: skip
+        wait_until(
+            lambda: actor(get(f"{run.url}/actors")[1], LEARNER).get("pid") not in (None, pid),
+            timeout=120,
+            what="the learner restarted by the watchdog",
+        )
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)  # only matters when the watchdog did not kill it

@@ -14,8 +14,12 @@ from tests.supervisor.cluster import REPO
 
 
 def row(minutes: float, scripted: float, half: float = 0.1, random: float = 0.5) -> dict[str, object]:
-    return {"minutes": minutes, "win_rate_scripted": scripted, "ci_scripted": [scripted - half, scripted + half],
-            "win_rate_random": random}  # fmt: skip
+    return {
+        "minutes": minutes,
+        "win_rate_scripted": scripted,
+        "ci_scripted": [scripted - half, scripted + half],
+        "win_rate_random": random,
+    }
 
 
 def test_bars_are_the_first_minutes_a_rate_is_reached() -> None:
@@ -34,10 +38,28 @@ def test_the_last_third_holds_within_the_best_earlier_rounds_interval() -> None:
 @pytest.mark.timeout(600)
 def test_a_smoke_run_reports_rounds_bars_and_a_plot(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "five_actors", "bench", "learning", "--config", "smoke", "--minutes", "0.8", "--seeds", "1",
-         "--first-seed", "3", "--run-dir", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=540,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "five_actors",
+            "bench",
+            "learning",
+            "--config",
+            "smoke",
+            "--minutes",
+            "0.8",
+            "--seeds",
+            "1",
+            "--first-seed",
+            "3",
+            "--run-dir",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     [seed] = result["seeds"]

@@ -14,7 +14,22 @@ from five_actors.game.env import LaneGame
 from five_actors.game.match import team_rows
 from five_actors.game.spec import action_spec, obs_spec
 from five_actors.game.state import (
-    A_ATTACK, A_MOVE, ALIVE, DMG, H_GOLD, H_ITEMS, H_RESPAWN, HP, KIND, KIND_CREEP, MAXHP, TEAM, TGT, X, Y, fountains,
+    A_ATTACK,
+    A_MOVE,
+    ALIVE,
+    DMG,
+    H_GOLD,
+    H_ITEMS,
+    H_RESPAWN,
+    HP,
+    KIND,
+    KIND_CREEP,
+    MAXHP,
+    TEAM,
+    TGT,
+    X,
+    Y,
+    fountains,
     structure_positions,
 )
 
@@ -381,8 +396,14 @@ def test_a_hero_outside_its_assigned_lane_pays_the_lane_reward() -> None:
     env.reset()
     u = env.state.units[0]
     S = CFG.map_size
-    places = {0: (50.0, 50.0), 1: (50.0, 50.0), 2: (60.0, 10.0), 3: (40.0, 60.0),
-              HPS + 1: (10.0, 70.0), HPS + 2: (S - 10.0, S - 60.0)}  # fmt: skip
+    places = {
+        0: (50.0, 50.0),
+        1: (50.0, 50.0),
+        2: (60.0, 10.0),
+        3: (40.0, 60.0),
+        HPS + 1: (10.0, 70.0),
+        HPS + 2: (S - 10.0, S - 60.0),
+    }
     for hero, (x, y) in places.items():
         u[hero, X], u[hero, Y] = x, y
     u[4, ALIVE], u[4, HP] = 0.0, 0.0  # a dead hero is in no lane and pays nothing

@@ -53,8 +53,9 @@ def test_direct_construction_refuses_too() -> None:
 
 def test_reading_a_config_does_not_load_the_game_kernels() -> None:
     code = "import sys, five_actors.config; five_actors.config.Config(); print('numba' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env={"PYTHONPATH": ":".join(sys.path)})
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env={"PYTHONPATH": ":".join(sys.path)}
+    )
     assert done.stdout.strip() == "False", done.stderr
 
 

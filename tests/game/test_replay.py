@@ -18,7 +18,13 @@ import pytest
 
 from five_actors.errors import GameError
 from five_actors.game.replay import (
-    KIND_ANCIENT, KIND_CREEP, KIND_HERO, KIND_TOWER, UNIT_COLUMNS, Recorder, load_replay,
+    KIND_ANCIENT,
+    KIND_CREEP,
+    KIND_HERO,
+    KIND_TOWER,
+    UNIT_COLUMNS,
+    Recorder,
+    load_replay,
 )
 
 MAP_SIZE = 100.0
@@ -44,7 +50,18 @@ def synthetic_units(step: int) -> np.ndarray:
         creep_x = 20.0 + step / 10.0 if team == 0 else 80.0 - step / 10.0
         rows.append([creep_x, 10.0 if team == 0 else 90.0, team, KIND_CREEP, 0, 0.5, 1.0, 1])
         rows.append([30.0 if team == 0 else 70.0, 30.0 if team == 0 else 70.0, team, KIND_TOWER, 0, 1.0, 1.0, 1])
-        rows.append([5.0 if team == 0 else 95.0, 5.0 if team == 0 else 95.0, team, KIND_ANCIENT, 0, 1.0 - team * step / 200.0, 1.0, 1])
+        rows.append(
+            [
+                5.0 if team == 0 else 95.0,
+                5.0 if team == 0 else 95.0,
+                team,
+                KIND_ANCIENT,
+                0,
+                1.0 - team * step / 200.0,
+                1.0,
+                1,
+            ]
+        )
     return np.asarray(rows, dtype=np.float32)
 
 
@@ -115,7 +132,9 @@ def test_truncated_or_corrupt_files_are_refused(tmp_path: Path) -> None:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "five_actors", "replay", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "five_actors", "replay", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def map_rows(output: str) -> list[str]:
@@ -123,7 +142,7 @@ def map_rows(output: str) -> list[str]:
     lines = output.splitlines()
     top = next(i for i, line in enumerate(lines) if line.startswith("+-"))
     bottom = next(i for i in range(top + 1, len(lines)) if lines[i].startswith("+-"))
-    return [line[1:-1] for line in lines[top + 1:bottom]]
+    return [line[1:-1] for line in lines[top + 1 : bottom]]
 
 
 def test_terminal_once_shows_units_where_they_stand(tmp_path: Path) -> None:
@@ -174,7 +193,9 @@ def test_html_player_is_self_contained_and_embeds_every_frame(tmp_path: Path) ->
     page = out.read_text()
     assert "http://" not in page and "https://" not in page and "src=" not in page and "<link" not in page
     assert "<canvas" in page and 'id="play"' in page and 'id="seek"' in page and 'id="speed"' in page
-    data = orjson.loads(re.search(r'<script type="application/json" id="replay-data">(.*?)</script>', page, re.S).group(1))
+    data = orjson.loads(
+        re.search(r'<script type="application/json" id="replay-data">(.*?)</script>', page, re.S).group(1)
+    )
     replay = load_replay(path)
     assert data["steps"] == [frame.step for frame in replay.frames]
     units = np.frombuffer(zlib.decompress(base64.b64decode(data["units"])), dtype="<f4").reshape(-1, len(UNIT_COLUMNS))
@@ -197,9 +218,19 @@ def test_html_embedding_survives_script_closing_tags(tmp_path: Path) -> None:
 def headless_dom(url: str) -> str:
     """The page's DOM after three seconds of (virtual) time in headless chromium."""
     return subprocess.run(
-        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--virtual-time-budget=3000", "--dump-dom", url],
-        capture_output=True, text=True, timeout=120,
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--virtual-time-budget=3000",
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     ).stdout
 
 

@@ -66,8 +66,10 @@ def test_multidiscrete_becomes_a_type_head_and_secondary_heads() -> None:
 def test_unsupported_spaces_are_refused_by_name() -> None:
     with pytest.raises(GameError, match="action space Box.* is not supported"):
         GymBatchEnv("Pendulum-v1", 1)
+
     class _Text(_Grid):
         observation_space = gym.spaces.Dict({"a": gym.spaces.Discrete(2), "b": gym.spaces.Text(4)})
+
     with pytest.raises(GameError, match="observation space Dict.*Text.* is not supported"):
         GymBatchEnv(_Text, 1)
 

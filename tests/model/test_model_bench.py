@@ -14,7 +14,19 @@ def _bench(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[dict, str]:
 
 
 def test_learn_prints_a_curve_per_seed_and_a_progress_line(capsys: pytest.CaptureFixture[str]) -> None:
-    result, stderr = _bench(capsys, "--env", "CartPole-v1", "--steps", "512", "--seeds", "2", "--num-envs", "4", "--set", "model.lstm_size=8")
+    result, stderr = _bench(
+        capsys,
+        "--env",
+        "CartPole-v1",
+        "--steps",
+        "512",
+        "--seeds",
+        "2",
+        "--num-envs",
+        "4",
+        "--set",
+        "model.lstm_size=8",
+    )
     assert result["seeds"] == 2 and [r["seed"] for r in result["runs"]] == [0, 1]
     run = result["runs"][0]
     assert run["curve"][-1]["steps"] == 512 and run["curve"][-1]["mean_return"] > 0
@@ -23,8 +35,21 @@ def test_learn_prints_a_curve_per_seed_and_a_progress_line(capsys: pytest.Captur
 
 def test_learn_on_the_lane_game_plays_the_scripted_bot(capsys: pytest.CaptureFixture[str]) -> None:
     result, _ = _bench(
-        capsys, "--env", "lane", "--steps", "80", "--seeds", "1", "--num-envs", "1",
-        "--set", "ppo.rollout_chunks=1", "--set", "ppo.epochs=1", "--set", "model.lstm_size=16",
+        capsys,
+        "--env",
+        "lane",
+        "--steps",
+        "80",
+        "--seeds",
+        "1",
+        "--num-envs",
+        "1",
+        "--set",
+        "ppo.rollout_chunks=1",
+        "--set",
+        "ppo.epochs=1",
+        "--set",
+        "model.lstm_size=16",
     )
     run = result["runs"][0]
     assert result["env"] == "lane" and run["curve"][-1]["steps"] == 80  # 1 game x 5 heroes x 16 steps

@@ -11,9 +11,8 @@ from five_actors.model.checkpoint import load_into, read_checkpoint, save_checkp
 from five_actors.model.config import PPOConfig
 from five_actors.model.policy import Policy
 from five_actors.model.ppo import PPO
-
-from conftest import make_spec, random_inputs
-from test_model_ppo import _batch
+from tests.model.conftest import make_spec, random_inputs
+from tests.model.test_model_ppo import _batch
 
 
 @pytest.fixture
@@ -57,7 +56,9 @@ def test_round_trip_is_exact(tmp_path: Path, trained: PPO, spec) -> None:
         (lambda d: b"", "not a five-actors checkpoint"),
     ],
 )
-def test_damaged_files_are_refused_and_nothing_is_loaded(tmp_path: Path, trained: PPO, spec, damage, message: str) -> None:
+def test_damaged_files_are_refused_and_nothing_is_loaded(
+    tmp_path: Path, trained: PPO, spec, damage, message: str
+) -> None:
     path = tmp_path / "a.ckpt"
     save_checkpoint(path, trained.policy, trained.optimizer)
     path.write_bytes(damage(path.read_bytes()))

@@ -29,7 +29,9 @@ def test_an_episode_cut_by_a_time_limit_is_bootstrapped_from_its_last_observatio
     import numpy as np
 
     env = GymBatchEnv(lambda: gym.make("CartPole-v1", max_episode_steps=5), 2, seed=3)
-    spec = ModelSpec.build(env.obs_spec, env.action_spec, ModelConfig(lstm_size=8, core_input=8, entity_hidden=8, entity_embed=8))
+    spec = ModelSpec.build(
+        env.obs_spec, env.action_spec, ModelConfig(lstm_size=8, core_input=8, entity_hidden=8, entity_embed=8)
+    )
     torch.manual_seed(0)
     policy = Policy(spec)
     with torch.no_grad():

@@ -8,8 +8,7 @@ from five_actors.errors import ModelError
 from five_actors.model.normalizer import RunningNorm
 from five_actors.model.policy import Policy
 from five_actors.model.spec import ModelSpec
-
-from conftest import make_spec, random_inputs
+from tests.model.conftest import make_spec, random_inputs
 
 
 def test_sampling_never_picks_an_illegal_action(policy: Policy, spec: ModelSpec) -> None:
@@ -61,7 +60,11 @@ def test_log_prob_matches_the_product_of_the_used_heads(policy: Policy, spec: Mo
     out = policy.act(obs, masks, policy.initial_state(16))
     masks_t = {k: torch.as_tensor(v).unsqueeze(0) for k, v in masks.items()}
     logp, entropy, _ = policy.evaluate(
-        torch.as_tensor(obs).unsqueeze(0), masks_t, out.actions.unsqueeze(0), torch.zeros(1, 16, dtype=torch.bool), policy.initial_state(16)
+        torch.as_tensor(obs).unsqueeze(0),
+        masks_t,
+        out.actions.unsqueeze(0),
+        torch.zeros(1, 16, dtype=torch.bool),
+        policy.initial_state(16),
     )
     torch.testing.assert_close(logp[0], out.logp)
     assert (entropy > 0).all()
@@ -89,7 +92,11 @@ def test_bptt_from_a_stored_state_equals_running_the_whole_sequence(policy: Poli
     whole = policy.evaluate(obs, masks, actions_t, starts, policy.initial_state(4))
     part = lambda x, a, b: x[a:b]  # noqa: E731
     second = policy.evaluate(
-        part(obs, 16, 32), {k: part(v, 16, 32) for k, v in masks.items()}, part(actions_t, 16, 32), starts[16:], states[16]
+        part(obs, 16, 32),
+        {k: part(v, 16, 32) for k, v in masks.items()},
+        part(actions_t, 16, 32),
+        starts[16:],
+        states[16],
     )
     for full, chunk in zip(whole, second):
         torch.testing.assert_close(full[16:], chunk, rtol=1e-5, atol=1e-5)
@@ -97,7 +104,9 @@ def test_bptt_from_a_stored_state_equals_running_the_whole_sequence(policy: Poli
 
 def test_a_done_inside_a_chunk_resets_the_state(policy: Policy, spec: ModelSpec) -> None:
     obs, masks = _sequence(spec, 16, 3, seed=6)
-    actions = policy.act(obs.reshape(48, -1), {k: v.reshape(48, *v.shape[2:]) for k, v in masks.items()}, policy.initial_state(48)).actions
+    actions = policy.act(
+        obs.reshape(48, -1), {k: v.reshape(48, *v.shape[2:]) for k, v in masks.items()}, policy.initial_state(48)
+    ).actions
     actions = actions.reshape(16, 3, -1)
     starts = torch.zeros(16, 3, dtype=torch.bool)
     starts[10] = True
@@ -108,7 +117,9 @@ def test_a_done_inside_a_chunk_resets_the_state(policy: Policy, spec: ModelSpec)
     )
     torch.testing.assert_close(logp[10:], fresh_logp, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(value[10:], fresh_value, rtol=1e-6, atol=1e-6)
-    no_reset, _, _ = policy.evaluate(obs, masks, actions, torch.zeros(16, 3, dtype=torch.bool), (h, torch.randn(3, spec.lstm_size)))
+    no_reset, _, _ = policy.evaluate(
+        obs, masks, actions, torch.zeros(16, 3, dtype=torch.bool), (h, torch.randn(3, spec.lstm_size))
+    )
     assert not torch.allclose(no_reset[10:], fresh_logp)
 
 

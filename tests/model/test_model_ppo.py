@@ -10,8 +10,7 @@ from five_actors.model.config import PPOConfig
 from five_actors.model.policy import Policy
 from five_actors.model.ppo import PPO, Chunks, chunk, gae
 from five_actors.model.spec import ModelSpec
-
-from conftest import random_inputs
+from tests.model.conftest import random_inputs
 
 
 def test_gae_matches_a_hand_computed_example() -> None:
@@ -60,13 +59,29 @@ def _batch(spec: ModelSpec, policy: Policy, steps: int = 16, count: int = 6) -> 
     obs, masks = zip(*(random_inputs(spec, count, rng) for _ in range(steps)))
     obs_t = torch.as_tensor(np.stack(obs))
     masks_t = {k: torch.as_tensor(np.stack([m[k] for m in masks])) for k in masks[0]}
-    out = policy.act(obs_t.reshape(steps * count, -1), {k: v.reshape(steps * count, *v.shape[2:]) for k, v in masks_t.items()}, policy.initial_state(steps * count))
+    out = policy.act(
+        obs_t.reshape(steps * count, -1),
+        {k: v.reshape(steps * count, *v.shape[2:]) for k, v in masks_t.items()},
+        policy.initial_state(steps * count),
+    )
     shape = lambda x: x.reshape(steps, count, *x.shape[1:])  # noqa: E731
     rewards = torch.as_tensor(rng.normal(size=(steps, count)), dtype=torch.float32)
     zeros = torch.zeros(steps, count, dtype=torch.bool)
     values = shape(out.value)
     advantages, returns = gae(rewards, values, zeros, torch.zeros(count), 0.99, 0.95)
-    return Chunks(obs_t, masks_t, shape(out.actions), shape(out.logp), values, rewards, zeros, zeros, advantages, returns, policy.initial_state(count))
+    return Chunks(
+        obs_t,
+        masks_t,
+        shape(out.actions),
+        shape(out.logp),
+        values,
+        rewards,
+        zeros,
+        zeros,
+        advantages,
+        returns,
+        policy.initial_state(count),
+    )
 
 
 def test_an_update_moves_the_policy_and_its_first_ratio_is_one(policy: Policy, spec: ModelSpec) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
-from runtime_support import TOKEN, NodeFactory, PeerProcess
 
 from five_actors.runtime.config import NodeConfig
 from five_actors.runtime.node import Node
+from tests.runtime.runtime_support import TOKEN, NodeFactory, PeerProcess
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""A small node process for the runtime tests: `python -m peer_node NODE_ID PORT TOKEN [CONNECT_URL]`.
+"""A small node process for the runtime tests: `python -m tests.runtime.peer_node NODE_ID PORT TOKEN [CONNECT_URL]`.
 
 It serves /echo (Echo), /counter (Counter) and /relay (Relay), prints one JSON line
 `READY {"url": ..., "node": ...}` once it listens, and runs until it is killed or gets SIGTERM.

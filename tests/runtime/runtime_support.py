@@ -1,7 +1,6 @@
 """Helpers shared by the runtime tests: the cluster token, free ports, node processes.
 
-(A module of its own, not conftest.py: test modules import from it, and a bare `conftest`
-import could find another test folder's conftest.)
+(A module of its own, not conftest.py: test modules import it as `tests.runtime.runtime_support`.)
 """
 
 from __future__ import annotations
@@ -18,8 +17,7 @@ from pathlib import Path
 from five_actors.runtime.node import Node
 
 TOKEN = "test-token-0123456789"
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 NodeFactory = Callable[..., Awaitable[Node]]
 
@@ -35,8 +33,10 @@ class PeerProcess:
     """A `peer_node` OS process; `url` is where it listens."""
 
     def __init__(self, node_id: str, port: int, connect: str | None) -> None:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")]))
-        args = [sys.executable, "-m", "peer_node", node_id, str(port), TOKEN] + ([connect] if connect else [])
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        args = [sys.executable, "-m", "tests.runtime.peer_node", node_id, str(port), TOKEN] + (
+            [connect] if connect else []
+        )
         self.proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.node_id = node_id
         self.url = ""

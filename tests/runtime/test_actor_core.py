@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from peer_node import Die, Echo, Probe, Sleep
 
 from five_actors.errors import ActorDown, AskTimeout
 from five_actors.runtime.actor import Actor, ActorSystem, Down
+from tests.runtime.peer_node import Die, Echo, Probe, Sleep
 
 
 class Watcher(Actor):

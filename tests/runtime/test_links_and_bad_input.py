@@ -9,8 +9,6 @@ import msgpack
 import numpy as np
 import pytest
 from aiohttp import WSMsgType, web
-from runtime_support import TOKEN, NodeFactory
-from peer_node import Die, Echo, Probe, Sleep
 from structlog.testing import capture_logs
 
 from five_actors.errors import ActorDown, RemoteError, TokenRefused, WireError
@@ -18,6 +16,8 @@ from five_actors.runtime import wire
 from five_actors.runtime.actor import Actor, Down
 from five_actors.runtime.node import Node, require_token
 from five_actors.supervisor.tree import ChildExited
+from tests.runtime.peer_node import Die, Echo, Probe, Sleep
+from tests.runtime.runtime_support import TOKEN, NodeFactory
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -29,7 +29,9 @@ class Refuser(Actor):
         raise WireError(f"refusing ping {msg.n}")
 
 
-async def _raw_client(session: aiohttp.ClientSession, node: Node, hello: bool = True) -> aiohttp.ClientWebSocketResponse:
+async def _raw_client(
+    session: aiohttp.ClientSession, node: Node, hello: bool = True
+) -> aiohttp.ClientWebSocketResponse:
     ws = await session.ws_connect(f"{node.url}/ws", headers=AUTH)
     if hello:
         await ws.send_bytes(wire.encode("hello", body={"node": "raw", "url": "", "known": {}}))
@@ -63,7 +65,9 @@ async def test_remote_ask_tell_and_errors_between_two_nodes(make_node: NodeFacto
     assert links["b"]["state"] == "up" and links["b"]["frames_out"] == 4 and links["b"]["frames_in"] == 4
 
 
-async def test_a_message_over_the_size_limit_is_refused_to_the_sender_and_the_link_stays(make_node: NodeFactory) -> None:
+async def test_a_message_over_the_size_limit_is_refused_to_the_sender_and_the_link_stays(
+    make_node: NodeFactory,
+) -> None:
     a, b = await make_node("a", max_message_bytes=64 * 1024), await make_node("b")
     b.system.spawn(Echo(), "/echo")
     await a.connect(b.url)
@@ -114,7 +118,9 @@ async def test_require_token_answers_401_and_never_runs_the_handler(make_node: N
                     async with session.post(url, headers=headers) as resp:
                         assert resp.status == 401 and (await resp.json())["error"] == "unauthorized"
             assert calls == []
-            assert [(e["event"], e["route"]) for e in logs if e["event"] == "http_unauthorized"] == [("http_unauthorized", "/control")] * 2
+            assert [(e["event"], e["route"]) for e in logs if e["event"] == "http_unauthorized"] == [
+                ("http_unauthorized", "/control")
+            ] * 2
             async with session.post(url, headers=AUTH) as resp:
                 assert resp.status == 200
         assert calls == ["/control"]
@@ -123,7 +129,15 @@ async def test_require_token_answers_401_and_never_runs_the_handler(make_node: N
 
 
 def _ask_frame(**fields: object) -> bytes:
-    env = {"v": 1, "kind": "ask", "to": "a/echo", "from": None, "id": 11, "type": "Probe", "body": {"n": 1, "payload": None}}
+    env = {
+        "v": 1,
+        "kind": "ask",
+        "to": "a/echo",
+        "from": None,
+        "id": 11,
+        "type": "Probe",
+        "body": {"n": 1, "payload": None},
+    }
     env.update(fields)
     return msgpack.packb(env, use_bin_type=True)
 
@@ -134,25 +148,45 @@ BAD_INPUT = {
     "wrong envelope": (msgpack.packb({"hello": "world"}), None, "envelope keys do not match"),
     "unknown message type": (_ask_frame(type="NoSuchMessage"), 11, "unknown message type 'NoSuchMessage'"),
     "array larger than its data": (
-        _ask_frame(body={"n": 1, "payload": msgpack.ExtType(1, b"\x03<f4\x01" + (10**6).to_bytes(8, "little") + b"\0" * 3 + b"\0" * 8)}),
+        _ask_frame(
+            body={
+                "n": 1,
+                "payload": msgpack.ExtType(1, b"\x03<f4\x01" + (10**6).to_bytes(8, "little") + b"\0" * 3 + b"\0" * 8),
+            }
+        ),
         11,
         "carries 8 bytes",
     ),
     "a field of the wrong type": (_ask_frame(body={"n": "x", "payload": None}), 11, "Probe.n must be int, got str 'x'"),
     "a bool for an int": (_ask_frame(body={"n": True, "payload": None}), 11, "Probe.n must be int, got bool"),
-    "a list for an array": (_ask_frame(body={"n": 1, "payload": [1, 2]}), 11, "Probe.payload must be numpy.ndarray | None"),
+    "a list for an array": (
+        _ask_frame(body={"n": 1, "payload": [1, 2]}),
+        11,
+        "Probe.payload must be numpy.ndarray | None",
+    ),
     "a node-internal message": (
         _ask_frame(type=ChildExited.__name__, body={"child": "echo", "generation": 1, "reason": "killed"}),
         11,
         "unknown message type 'ChildExited'",
     ),
     "a sender on another node": (_ask_frame(**{"from": "b/echo"}), 11, "sender 'b/echo' is not an actor of 'raw'"),
-    "object dtype": (_ask_frame(body={"n": 1, "payload": msgpack.ExtType(1, b"\x02|O\x01" + (1).to_bytes(8, "little") + b"\0" * 4 + b"\0" * 8)}), 11, "kind 'O'"),
+    "object dtype": (
+        _ask_frame(
+            body={
+                "n": 1,
+                "payload": msgpack.ExtType(1, b"\x02|O\x01" + (1).to_bytes(8, "little") + b"\0" * 4 + b"\0" * 8),
+            }
+        ),
+        11,
+        "kind 'O'",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD_INPUT))
-async def test_bad_frames_get_a_clear_error_a_log_line_and_the_node_serves_on(make_node: NodeFactory, case: str) -> None:
+async def test_bad_frames_get_a_clear_error_a_log_line_and_the_node_serves_on(
+    make_node: NodeFactory, case: str
+) -> None:
     frame, request_id, message = BAD_INPUT[case]
     node = await make_node("a")
     node.system.spawn(Echo(), "/echo")
@@ -322,9 +356,11 @@ async def test_an_authorization_header_that_is_not_utf8_gets_401(route: str) -> 
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", node.port)
         method = b"GET" if route == "/ws" else b"POST"
-        writer.write(method + b" " + route.encode() + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xff\xfe\xc3(\r\n"
-                     b"Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
-                     b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nContent-Length: 0\r\n\r\n")  # fmt: skip
+        writer.write(
+            method + b" " + route.encode() + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xff\xfe\xc3(\r\n"
+            b"Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nContent-Length: 0\r\n\r\n"
+        )
         await writer.drain()
         status = (await asyncio.wait_for(reader.readline(), 10)).decode()
         writer.close()
@@ -340,9 +376,15 @@ async def test_a_peer_cannot_point_a_linked_node_at_another_url(make_node: NodeF
     await a.connect(b.url)
     async with aiohttp.ClientSession() as session:
         ws = await session.ws_connect(f"{a.url}/ws", headers=AUTH)
-        await ws.send_bytes(wire.encode("hello", body={"node": "raw", "url": "", "known": {"b": "ws://127.0.0.1:9", "c": "ws://127.0.0.1:9"}}))
+        await ws.send_bytes(
+            wire.encode(
+                "hello", body={"node": "raw", "url": "", "known": {"b": "ws://127.0.0.1:9", "c": "ws://127.0.0.1:9"}}
+            )
+        )
         assert wire.decode((await ws.receive()).data).kind == "hello"
         await asyncio.sleep(0.2)
-        assert a.known_nodes()["b"] == b.url and a.known_nodes()["c"] == "ws://127.0.0.1:9"  # an unknown node is learned
+        assert (
+            a.known_nodes()["b"] == b.url and a.known_nodes()["c"] == "ws://127.0.0.1:9"
+        )  # an unknown node is learned
         await ws.close()
     assert (await a.ask("b/echo", Probe(4))).n == 4

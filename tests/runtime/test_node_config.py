@@ -20,7 +20,10 @@ def test_defaults_listen_on_loopback_8780() -> None:
     [
         ({"port": 70000}, "node: port must be in 0..65535, got 70000"),
         ({"heartbeat_s": 0}, "node: heartbeat_s must be positive"),
-        ({"reconnect_min_s": 2.0, "reconnect_max_s": 1.0}, "node: reconnect_max_s \\(1.0\\) must be >= reconnect_min_s"),
+        (
+            {"reconnect_min_s": 2.0, "reconnect_max_s": 1.0},
+            "node: reconnect_max_s \\(1.0\\) must be >= reconnect_min_s",
+        ),
         ({"max_message_bytes": 10}, "node: max_message_bytes must be at least 1024"),
         ({"port": "eighty"}, "node.port: expected an integer"),
         ({"colour": "red"}, "node.colour: unknown key"),

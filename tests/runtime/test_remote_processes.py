@@ -9,13 +9,13 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 import pytest
-from runtime_support import NodeFactory, PeerProcess, free_port
-from peer_node import Add, Blob, Die, Forward, Probe, Sleep, Total
 
 from five_actors.errors import ActorDown, AskTimeout, UnknownMessageType
 from five_actors.runtime.actor import Actor, Down, message
 from five_actors.runtime.link import Link
 from five_actors.runtime.node import Node
+from tests.runtime.peer_node import Add, Blob, Die, Forward, Probe, Sleep, Total
+from tests.runtime.runtime_support import NodeFactory, PeerProcess, free_port
 
 PeerFactory = Callable[..., Awaitable[PeerProcess]]
 
@@ -69,7 +69,9 @@ async def test_tell_ask_and_watch_across_processes(make_node: NodeFactory, peer_
     assert await asyncio.wait_for(watcher.downs.get(), 10) == Down("peer/echo", "RuntimeError: on purpose")
 
 
-async def test_kill_9_delivers_link_lost_and_fails_asks_at_once_then_reconnects(make_node: NodeFactory, peer_process: PeerFactory) -> None:
+async def test_kill_9_delivers_link_lost_and_fails_asks_at_once_then_reconnects(
+    make_node: NodeFactory, peer_process: PeerFactory
+) -> None:
     node = await make_node("test", reconnect_min_s=0.05, reconnect_max_s=0.2)
     port = free_port()
     peer = await peer_process("peer", port=port)

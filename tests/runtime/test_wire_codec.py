@@ -11,11 +11,11 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from peer_node import Forward, Probe, Total
 
 from five_actors.errors import ActorDown, RemoteError, UnknownMessageType, WireError
 from five_actors.runtime import wire
 from five_actors.runtime.actor import message
+from tests.runtime.peer_node import Forward, Probe, Total
 
 
 @message
@@ -83,7 +83,15 @@ def test_encode_refuses_a_frame_over_the_limit() -> None:
 
 
 def _envelope(**fields: object) -> bytes:
-    env = {"v": 1, "kind": "tell", "to": "n/a", "from": None, "id": None, "type": "Probe", "body": {"n": 1, "payload": None}}
+    env = {
+        "v": 1,
+        "kind": "tell",
+        "to": "n/a",
+        "from": None,
+        "id": None,
+        "type": "Probe",
+        "body": {"n": 1, "payload": None},
+    }
     env.update(fields)
     return msgpack.packb(env, use_bin_type=True)
 
@@ -98,21 +106,35 @@ BAD_FRAMES = {
     "random bytes": (b"\xc1\x99\x00garbage", "not valid msgpack"),
     "truncated msgpack": (_envelope()[:-5], "not valid msgpack"),
     "not a map": (msgpack.packb([1, 2, 3]), "must be a msgpack map"),
-    "missing envelope keys": (msgpack.packb({"v": 1, "kind": "tell"}), "missing \\['body', 'from', 'id', 'to', 'type'\\]"),
+    "missing envelope keys": (
+        msgpack.packb({"v": 1, "kind": "tell"}),
+        "missing \\['body', 'from', 'id', 'to', 'type'\\]",
+    ),
     "extra envelope key": (msgpack.packb({**msgpack.unpackb(_envelope()), "x": 1}), "unexpected \\['x'\\]"),
     "wrong version": (_envelope(v=9), "unsupported protocol version 9"),
     "unknown kind": (_envelope(kind="shout"), "unknown frame kind 'shout'"),
     "ask without id": (_envelope(kind="ask"), "ask frame needs an 'id'"),
     "id not an integer": (_envelope(id="7"), "'id' must be an integer"),
-    "fields do not match": (_envelope(body={"n": 1, "colour": 2}), "missing \\['payload'\\], unexpected \\['colour'\\]"),
+    "fields do not match": (
+        _envelope(body={"n": 1, "colour": 2}),
+        "missing \\['payload'\\], unexpected \\['colour'\\]",
+    ),
     "body not a map": (_envelope(body=[1]), "Probe body must be a map"),
-    "array larger than its data": (_envelope(body={"n": 1, "payload": _array_ext("<f4", (1000,), b"\0" * 16)}), "carries 16 bytes"),
+    "array larger than its data": (
+        _envelope(body={"n": 1, "payload": _array_ext("<f4", (1000,), b"\0" * 16)}),
+        "carries 16 bytes",
+    ),
     "object dtype": (_envelope(body={"n": 1, "payload": _array_ext("|O", (2,), b"\0" * 16)}), "kind 'O'"),
     "void dtype": (_envelope(body={"n": 1, "payload": _array_ext("|V8", (2,), b"\0" * 16)}), "kind 'V'"),
     "nonsense dtype": (_envelope(body={"n": 1, "payload": _array_ext("zz9", (2,), b"\0" * 16)}), "not a numpy dtype"),
     "truncated array header": (_envelope(body={"n": 1, "payload": msgpack.ExtType(1, b"\x03<f")}), "truncated"),
     "unknown ext type": (_envelope(body={"n": 1, "payload": msgpack.ExtType(9, b"")}), "unknown msgpack ext type 9"),
-    "nested too deeply": (_envelope(type=None, kind="reply", id=1, body=[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]), "deeper than 32"),
+    "nested too deeply": (
+        _envelope(
+            type=None, kind="reply", id=1, body=[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]
+        ),
+        "deeper than 32",
+    ),
 }
 
 
@@ -204,16 +226,32 @@ def test_the_training_messages_refuse_values_of_the_wrong_type_naming_the_field(
         (EvalRating, {"version": "x", "trueskill": 1.0}, "EvalRating.version must be int"),
         (Subscribe, {"address": 123}, "Subscribe.address must be str"),
         (GetParams, {"version": [1]}, "GetParams.version must be int"),
-        (Surgery, {"ops": ["widen-lstm", "64"], "dry_run": False, "probe_steps": "x"}, "Surgery.probe_steps must be int"),
+        (
+            Surgery,
+            {"ops": ["widen-lstm", "64"], "dry_run": False, "probe_steps": "x"},
+            "Surgery.probe_steps must be int",
+        ),
         (Surgery, {"ops": "widen-lstm", "dry_run": False, "probe_steps": 8}, "Surgery.ops must be list[str]"),
         (ParamsAvailable, {"version": "x", "arch": "a", "anneal": {}}, "ParamsAvailable.version must be int"),
-        (ParamsAvailable, {"version": 1, "arch": "a", "anneal": "zz"}, "ParamsAvailable.anneal must be dict[str, float]"),
-        (ParamsAvailable, {"version": 1, "arch": "a", "anneal": {"recall": "x"}}, "ParamsAvailable.anneal must be dict[str, float]"),
+        (
+            ParamsAvailable,
+            {"version": 1, "arch": "a", "anneal": "zz"},
+            "ParamsAvailable.anneal must be dict[str, float]",
+        ),
+        (
+            ParamsAvailable,
+            {"version": 1, "arch": "a", "anneal": {"recall": "x"}},
+            "ParamsAvailable.anneal must be dict[str, float]",
+        ),
     ]
-    for cls, body, message in cases:
-        frame = msgpack.packb({"v": 1, "kind": "tell", "to": "n/x", "from": None, "id": None, "type": cls.__name__, "body": body})
-        with pytest.raises(WireError, match=re.escape(message)):
+    for cls, body, refusal in cases:
+        frame = msgpack.packb(
+            {"v": 1, "kind": "tell", "to": "n/x", "from": None, "id": None, "type": cls.__name__, "body": body}
+        )
+        with pytest.raises(WireError, match=re.escape(refusal)):
             wire.decode(frame)
     fine = {"version": 3, "arch": "a", "anneal": {"recall": 1}}  # an int where a float is declared is a number still
-    frame = msgpack.packb({"v": 1, "kind": "tell", "to": "n/x", "from": None, "id": None, "type": "ParamsAvailable", "body": fine})
+    frame = msgpack.packb(
+        {"v": 1, "kind": "tell", "to": "n/x", "from": None, "id": None, "type": "ParamsAvailable", "body": fine}
+    )
     assert wire.decode(frame).body == ParamsAvailable(3, "a", {"recall": 1})

@@ -80,5 +80,7 @@ class EnvReporter(Actor):
             "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "FIVE_ACTORS_DEVICE": os.environ.get("FIVE_ACTORS_DEVICE"),
             "nice": os.getpriority(os.PRIO_PROCESS, 0),
-            "autogroup": Path("/proc/self/autogroup").read_text().strip() if Path("/proc/self/autogroup").exists() else None,
+            "autogroup": Path("/proc/self/autogroup").read_text().strip()
+            if Path("/proc/self/autogroup").exists()
+            else None,
         }

@@ -28,8 +28,14 @@ class Proc:
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             # A test process killed mid-test (a timeout) takes its `up` tree with it.
-            self.proc = subprocess.Popen([sys.executable, "-m", "five_actors", *args], cwd=REPO, stdout=out, stderr=err, env=env,
-                                         preexec_fn=stop_with_parent)  # fmt: skip
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "five_actors", *args],
+                cwd=REPO,
+                stdout=out,
+                stderr=err,
+                env=env,
+                preexec_fn=stop_with_parent,
+            )
 
     @property
     def out(self) -> str:
@@ -47,7 +53,9 @@ class Proc:
             if match:
                 return match
             if self.proc.poll() is not None:
-                raise AssertionError(f"exited {self.proc.returncode} before printing {pattern!r}:\n{self.out}\n{self.err}")
+                raise AssertionError(
+                    f"exited {self.proc.returncode} before printing {pattern!r}:\n{self.out}\n{self.err}"
+                )
             time.sleep(0.05)
         raise AssertionError(f"no {pattern!r} within {timeout}s:\n{self.out}\n{self.err}")
 

@@ -50,10 +50,16 @@ async def test_a_process_child_runs_a_pinned_subtree_in_its_own_node(head: Node)
     tree = {
         "children": [
             {"id": "local", "actor": REPORTER},
-            {"id": "gpu", "kind": "process", "device": "cuda:3", "nice": 7, "strategy": "one_for_all",
-             "children": [{"id": "a", "actor": REPORTER}, {"id": "b", "actor": REPORTER}]},
+            {
+                "id": "gpu",
+                "kind": "process",
+                "device": "cuda:3",
+                "nice": 7,
+                "strategy": "one_for_all",
+                "children": [{"id": "a", "actor": REPORTER}, {"id": "b", "actor": REPORTER}],
+            },
         ]
-    }  # fmt: skip
+    }
     spec = from_mapping(TreeConfig, tree, "tree")
     root = head.system.spawn(Supervisor(spec, TreeContext(head.system, None, head)), "/root")
     assert await head.system.wait_started(root) is None
@@ -67,7 +73,11 @@ async def test_a_process_child_runs_a_pinned_subtree_in_its_own_node(head: Node)
     assert actors["/root/gpu"]["kind"] == "process" and actors["/root/gpu"]["device"] == "cuda:3"
     for path in ("/root/gpu/a", "/root/gpu/b"):
         status = actors[path]["status"]
-        assert (status["pid"], status["CUDA_VISIBLE_DEVICES"], status["FIVE_ACTORS_DEVICE"]) == (child_pid, "3", "cuda:0")
+        assert (status["pid"], status["CUDA_VISIBLE_DEVICES"], status["FIVE_ACTORS_DEVICE"]) == (
+            child_pid,
+            "3",
+            "cuda:0",
+        )
     assert actors["/root/local"]["status"]["CUDA_VISIBLE_DEVICES"] != "3"
     # The process child runs 7 steps below its parent, in its own scheduling group where Linux has them.
     own_nice = os.getpriority(os.PRIO_PROCESS, 0)

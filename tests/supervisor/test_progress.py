@@ -2,8 +2,13 @@ from five_actors.supervisor.progress import ProgressLine, table
 
 
 def _view(steps: int) -> dict:
-    actor = {"path": "/root/learner", "state": "running", "restarts": 0, "in_per_s": 1.0,
-             "status": {"progress": {"steps": steps, "arch": "3cfd47f602a960b6"}}}  # fmt: skip
+    actor = {
+        "path": "/root/learner",
+        "state": "running",
+        "restarts": 0,
+        "in_per_s": 1.0,
+        "status": {"progress": {"steps": steps, "arch": "3cfd47f602a960b6"}},
+    }
     return {"actors": [actor]}
 
 
@@ -19,7 +24,12 @@ def _node(name: str, reason: str | None, gpus: list | None = None) -> dict:
 
 
 def test_health_table_says_a_reason_shared_by_every_node_once() -> None:
-    shared = table({"actors": [], "nodes": [_node("head", "no GPU (NVML not found)"), _node("head.root.x", "no GPU (NVML not found)")]})
+    shared = table(
+        {
+            "actors": [],
+            "nodes": [_node("head", "no GPU (NVML not found)"), _node("head.root.x", "no GPU (NVML not found)")],
+        }
+    )
     assert shared.count("no GPU (NVML not found)") == 1
     gpu = {"index": 0, "utilization_pct": 50, "memory_used_bytes": 2**30}
     mixed = table({"actors": [], "nodes": [_node("head", "no GPU (NVML not found)"), _node("gpu-host", None, [gpu])]})

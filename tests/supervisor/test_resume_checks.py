@@ -25,12 +25,26 @@ def run_dir_with(tmp_path: Path, checkpoint: bool) -> Path:
     write_run_config(config, run_dir)
     if checkpoint:
         spec = model_spec(config)
-        CheckpointStore(run_dir / "checkpoints").save(4, spec, state_arrays(initial_policy(spec, 0)), None, {"learner_steps": 40})
+        CheckpointStore(run_dir / "checkpoints").save(
+            4, spec, state_arrays(initial_policy(spec, 0)), None, {"learner_steps": 40}
+        )
     return run_dir
 
 
 def up_resume(run_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "five_actors", "up", "--resume", str(run_dir), "--port", "0", "--duration", "1", *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "five_actors",
+        "up",
+        "--resume",
+        str(run_dir),
+        "--port",
+        "0",
+        "--duration",
+        "1",
+        *extra,
+    ]
     return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
 
 

@@ -104,7 +104,11 @@ async def test_rest_for_one_restarts_the_child_and_those_started_after_it() -> N
 
 
 async def test_permanent_transient_and_temporary_restart_types() -> None:
-    children = [worker("perm", restart="permanent"), worker("trans", restart="transient"), worker("temp", restart="temporary")]
+    children = [
+        worker("perm", restart="permanent"),
+        worker("trans", restart="transient"),
+        worker("temp", restart="temporary"),
+    ]
     tree = await Tree(max_restarts=10, children=children).start()
     for name in ("perm", "trans", "temp"):
         await tree.tell(f"/root/{name}", Finish())

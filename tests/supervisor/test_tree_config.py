@@ -42,24 +42,47 @@ device = "cuda:1"
     )
     (learners,) = config.tree.children
     assert learners.strategy == "one_for_all" and learners.is_tree
-    assert learners.children == [ChildSpec(id="learner-0", kind="process", actor="five_actors.actors.pingpong:Ponger", device="cuda:1")]
+    assert learners.children == [
+        ChildSpec(id="learner-0", kind="process", actor="five_actors.actors.pingpong:Ponger", device="cuda:1")
+    ]
 
 
 @pytest.mark.parametrize(
     ("toml", "message"),
     [
         ('[tree]\nstrategy = "one_for_some"', "tree.strategy: 'one_for_some' is not one of"),
-        ('[tree]\nmax_restarts = -1', "tree: max_restarts must be >= 0"),
-        ('[[tree.children]]\nid = "a"\nactor = "no_colon_here"', r"tree.children\[0\]: actor: 'no_colon_here' is not of the form module:Class"),
-        ('[[tree.children]]\nid = "a"\nactor = "m:A"\n[[tree.children]]\nid = "a"\nactor = "m:B"', r"children\[1\].id: duplicate child id 'a'"),
-        ('[[tree.children]]\nid = "a"\nactor = "m:A"\nrestart = "sometimes"', r"tree.children\[0\].restart: 'sometimes' is not one of"),
-        ('[[tree.children]]\nid = "a"\nactor = "m:A"\nkind = "thread"', r"tree.children\[0\].kind: 'thread' is not one of"),
+        ("[tree]\nmax_restarts = -1", "tree: max_restarts must be >= 0"),
+        (
+            '[[tree.children]]\nid = "a"\nactor = "no_colon_here"',
+            r"tree.children\[0\]: actor: 'no_colon_here' is not of the form module:Class",
+        ),
+        (
+            '[[tree.children]]\nid = "a"\nactor = "m:A"\n[[tree.children]]\nid = "a"\nactor = "m:B"',
+            r"children\[1\].id: duplicate child id 'a'",
+        ),
+        (
+            '[[tree.children]]\nid = "a"\nactor = "m:A"\nrestart = "sometimes"',
+            r"tree.children\[0\].restart: 'sometimes' is not one of",
+        ),
+        (
+            '[[tree.children]]\nid = "a"\nactor = "m:A"\nkind = "thread"',
+            r"tree.children\[0\].kind: 'thread' is not one of",
+        ),
         ('[[tree.children]]\nid = "a"\nkind = "actor"', r"tree.children\[0\]: actor: required"),
-        ('[[tree.children]]\nid = "a"\nkind = "process"\nactor = "m:A"\ndevice = "gpu0"', r"tree.children\[0\]: device: 'gpu0' is not cpu"),
-        ('[[tree.children]]\nid = "a"\nactor = "m:A"\nshutdown_timeout = 0', r"tree.children\[0\]: shutdown_timeout: must be > 0"),
+        (
+            '[[tree.children]]\nid = "a"\nkind = "process"\nactor = "m:A"\ndevice = "gpu0"',
+            r"tree.children\[0\]: device: 'gpu0' is not cpu",
+        ),
+        (
+            '[[tree.children]]\nid = "a"\nactor = "m:A"\nshutdown_timeout = 0',
+            r"tree.children\[0\]: shutdown_timeout: must be > 0",
+        ),
         ('[[tree.children]]\nid = "a"\nactor = "m:A"\ncolour = "red"', r"tree.children\[0\].colour: unknown key"),
-        ('[[tree.children]]\nid = "s"\nkind = "supervisor"\n[[tree.children.children]]\nid = "bad id!"\nactor = "m:A"',
-         r"tree.children\[0\].children\[0\]: id: 'bad id!' is not a valid child id"),
+        (
+            '[[tree.children]]\nid = "s"\nkind = "supervisor"\n'
+            '[[tree.children.children]]\nid = "bad id!"\nactor = "m:A"',
+            r"tree.children\[0\].children\[0\]: id: 'bad id!' is not a valid child id",
+        ),
     ],
 )
 def test_bad_trees_are_refused_naming_the_key(tmp_path: Path, toml: str, message: str) -> None:
@@ -71,12 +94,21 @@ def test_bad_trees_are_refused_naming_the_key(tmp_path: Path, toml: str, message
     ("actor", "message"),
     [
         ("no_such_module_anywhere:Thing", r"tree.children\[1\].actor: cannot import 'no_such_module_anywhere'"),
-        ("five_actors.actors.pingpong:Nope", r"tree.children\[1\].actor: module 'five_actors.actors.pingpong' has no class 'Nope'"),
-        ("five_actors.actors.pingpong:Ping", r"tree.children\[1\].actor: 'five_actors.actors.pingpong:Ping' is not an Actor subclass"),
+        (
+            "five_actors.actors.pingpong:Nope",
+            r"tree.children\[1\].actor: module 'five_actors.actors.pingpong' has no class 'Nope'",
+        ),
+        (
+            "five_actors.actors.pingpong:Ping",
+            r"tree.children\[1\].actor: 'five_actors.actors.pingpong:Ping' is not an Actor subclass",
+        ),
     ],
 )
 def test_unimportable_actor_classes_are_refused_before_start(tmp_path: Path, actor: str, message: str) -> None:
-    text = f'[[tree.children]]\nid = "ok"\nactor = "five_actors.actors.pingpong:Ponger"\n[[tree.children]]\nid = "x"\nactor = "{actor}"\n'
+    text = (
+        '[[tree.children]]\nid = "ok"\nactor = "five_actors.actors.pingpong:Ponger"\n'
+        f'[[tree.children]]\nid = "x"\nactor = "{actor}"\n'
+    )
     config = load_config(write(tmp_path, text))
     with pytest.raises(ConfigError, match=message):
         check_importable(config.tree)

@@ -7,8 +7,8 @@ import json
 import os
 import pty
 import re
-import socket
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -41,7 +41,17 @@ class Head:
 def pingpong(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
     where = tmp_path_factory.mktemp("pingpong")
     run_dir = where / "run"
-    args = ["up", "--config", "conf/pingpong.toml", "--run-dir", str(run_dir), "--port", "0", "--set", "node.heartbeat_s=1.0"]
+    args = [
+        "up",
+        "--config",
+        "conf/pingpong.toml",
+        "--run-dir",
+        str(run_dir),
+        "--port",
+        "0",
+        "--set",
+        "node.heartbeat_s=1.0",
+    ]
     proc = Proc(args, where, "up")
     try:
         yield Head(proc, run_dir)
@@ -54,7 +64,9 @@ def test_pingpong_is_healthy_and_spans_two_processes(pingpong: Head) -> None:
     assert stat.S_IMODE(os.stat(pingpong.run_dir / "token").st_mode) == 0o600
     status, body = wait_until(lambda: (r := get(f"{pingpong.url}/health"))[0] == 200 and r, what="/health 200")
     assert body["status"] == "ok" and body["gpus"] == [] and body["gpus_reason"]
-    view = wait_until(lambda: (v := pingpong.view()) and actor(v, "/root/ponger")["in_per_s"] > 0 and v, what="pings flowing")
+    view = wait_until(
+        lambda: (v := pingpong.view()) and actor(v, "/root/ponger")["in_per_s"] > 0 and v, what="pings flowing"
+    )
     pinger, ponger = actor(view, "/root/pinger"), actor(view, "/root/ponger")
     assert pinger["pid"] != ponger["pid"] and pinger["node"] != ponger["node"]
     assert {n["node"] for n in view["nodes"]} == {"head", pinger["node"]}
@@ -88,17 +100,27 @@ def test_kill_9_of_the_process_child_restarts_it(pingpong: Head) -> None:
     assert [(r["child"], r["restarts"]) for r in restarted] == [("pinger", 1)]
     wait_until(lambda: actor(pingpong.view(), "/root/pinger")["status"]["progress"]["pings"] > 0, what="pings again")
     summary = subprocess.run(
-        [sys.executable, "-m", "five_actors", "logs", "summary", str(pingpong.run_dir)], cwd=REPO, capture_output=True, text=True, check=True
+        [sys.executable, "-m", "five_actors", "logs", "summary", str(pingpong.run_dir)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     row = next(line for line in summary.stdout.splitlines() if line.startswith("/root/pinger "))
     assert "killed by SIGKILL" in row
 
 
 def test_a_hung_process_child_is_killed_when_its_link_is_lost_and_restarted(pingpong: Head) -> None:
-    before = wait_until(lambda: (a := actor(pingpong.view(), "/root/pinger"))["state"] == "running" and a, what="pinger up")
+    before = wait_until(
+        lambda: (a := actor(pingpong.view(), "/root/pinger"))["state"] == "running" and a, what="pinger up"
+    )
     os.kill(before["pid"], signal.SIGSTOP)  # alive but silent: only the link's heartbeat can tell
     after = wait_until(
-        lambda: (a := actor(pingpong.view(), "/root/pinger"))["restarts"] == before["restarts"] + 1 and a["state"] == "running" and a,
+        lambda: (
+            (a := actor(pingpong.view(), "/root/pinger"))["restarts"] == before["restarts"] + 1
+            and a["state"] == "running"
+            and a
+        ),
         what="the hung pinger replaced",
     )
     assert after["last_error"] == "link_lost" and after["pid"] != before["pid"]
@@ -107,10 +129,17 @@ def test_a_hung_process_child_is_killed_when_its_link_is_lost_and_restarted(ping
 
 
 def test_health_command_prints_the_tree(pingpong: Head) -> None:
-    shown = subprocess.run([sys.executable, "-m", "five_actors", "health", "--url", pingpong.url], cwd=REPO, capture_output=True, text=True)
+    shown = subprocess.run(
+        [sys.executable, "-m", "five_actors", "health", "--url", pingpong.url], cwd=REPO, capture_output=True, text=True
+    )
     assert shown.returncode == 0, shown.stderr
     assert "/root/pinger" in shown.stdout and "/root/ponger" in shown.stdout and "health: ok" in shown.stdout
-    shown = subprocess.run([sys.executable, "-m", "five_actors", "health", "--url", pingpong.url, "--json"], cwd=REPO, capture_output=True, text=True)
+    shown = subprocess.run(
+        [sys.executable, "-m", "five_actors", "health", "--url", pingpong.url, "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     body = json.loads(shown.stdout)
     assert body["health"]["status"] == "ok" and {"/root/pinger", "/root/ponger"} <= {a["path"] for a in body["actors"]}
 
@@ -118,15 +147,20 @@ def test_health_command_prints_the_tree(pingpong: Head) -> None:
 def test_health_says_no_gpu_once(pingpong: Head) -> None:
     if ctypes.util.find_library("nvidia-ml") is not None:
         pytest.skip("this host has NVML: its GPUs are listed per node")
-    shown = subprocess.run([sys.executable, "-m", "five_actors", "health", "--url", pingpong.url], cwd=REPO, capture_output=True, text=True)
+    shown = subprocess.run(
+        [sys.executable, "-m", "five_actors", "health", "--url", pingpong.url], cwd=REPO, capture_output=True, text=True
+    )
     assert len(pingpong.view()["nodes"]) == 2  # two nodes, one line about GPUs
     assert shown.stdout.count(NO_NVML) == 1 and "NVMLError" not in shown.stdout
     assert get(f"{pingpong.url}/health")[1]["gpus_reason"] == NO_NVML
 
 
 def test_progress_lines_come_every_10_s_when_stdout_is_a_file(pingpong: Head) -> None:
-    lines = wait_until(lambda: len(ls := re.findall(r"^ *(\d+)s \|", pingpong.proc.out, re.M)) >= 3 and ls,
-                       timeout=60, what="three progress lines")  # fmt: skip
+    lines = wait_until(
+        lambda: len(ls := re.findall(r"^ *(\d+)s \|", pingpong.proc.out, re.M)) >= 3 and ls,
+        timeout=60,
+        what="three progress lines",
+    )
     assert "\r" not in pingpong.proc.out and "pings/s" in pingpong.proc.out
     gaps = [int(b) - int(a) for a, b in zip(lines, lines[1:])]
     assert all(9 <= gap <= 12 for gap in gaps), gaps
@@ -178,7 +212,9 @@ def test_a_bad_config_is_refused_before_anything_starts(tmp_path: Path) -> None:
 
 
 def test_children_exit_when_the_head_is_killed(tmp_path: Path) -> None:
-    proc = Proc(["up", "--config", "conf/pingpong.toml", "--run-dir", str(tmp_path / "run"), "--port", "0"], tmp_path, "up")
+    proc = Proc(
+        ["up", "--config", "conf/pingpong.toml", "--run-dir", str(tmp_path / "run"), "--port", "0"], tmp_path, "up"
+    )
     try:
         head = Head(proc, tmp_path / "run")
         pinger_pid = wait_until(lambda: actor(head.view(), "/root/pinger")["pid"], what="the pinger's pid")
@@ -199,11 +235,24 @@ def test_children_exit_when_the_head_is_killed(tmp_path: Path) -> None:
 
 def test_process_children_listen_on_the_heads_interface_and_advertise_its_address(tmp_path: Path) -> None:
     # 127.0.0.2 is loopback on Linux but not 127.0.0.1: a child still on 127.0.0.1 would be missed.
-    args = ["up", "--config", "conf/pingpong.toml", "--run-dir", str(tmp_path / "run"), "--port", "0", "--host", "127.0.0.2"]
+    args = [
+        "up",
+        "--config",
+        "conf/pingpong.toml",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--port",
+        "0",
+        "--host",
+        "127.0.0.2",
+    ]
     proc = Proc(args, tmp_path, "up")
     try:
         head = Head(proc, tmp_path / "run", host="127.0.0.2")
-        view = wait_until(lambda: (v := head.view()) and actor(v, "/root/pinger")["state"] == "running" and v, what="the pinger running")
+        view = wait_until(
+            lambda: (v := head.view()) and actor(v, "/root/pinger")["state"] == "running" and v,
+            what="the pinger running",
+        )
         head_links = next(n["links"] for n in view["nodes"] if n["node"] == "head")
         [url] = [link["url"] for link in head_links if link["peer"] == actor(view, "/root/pinger")["node"]]
         host, port = url.removeprefix("ws://").rsplit(":", 1)
@@ -218,9 +267,21 @@ def test_process_children_listen_on_the_heads_interface_and_advertise_its_addres
 
 def test_the_live_line_repaints_in_place_on_a_terminal(tmp_path: Path) -> None:
     terminal, child_end = pty.openpty()
-    args = ["up", "--config", "conf/pingpong.toml", "--run-dir", str(tmp_path / "run"), "--port", "0", "--duration", "6"]
+    args = [
+        "up",
+        "--config",
+        "conf/pingpong.toml",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--port",
+        "0",
+        "--duration",
+        "6",
+    ]
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-m", "five_actors", *args], cwd=REPO, stdout=child_end, stderr=subprocess.DEVNULL, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "five_actors", *args], cwd=REPO, stdout=child_end, stderr=subprocess.DEVNULL, env=env
+    )
     os.close(child_end)
     shown = b""
     try:

@@ -1,4 +1,5 @@
-"""The watchdog's rules on views of a tree (five_actors.supervisor.watchdog); the real tree is in tests/actors/test_training_never_stops.py."""
+"""The watchdog's rules on views of a tree (five_actors.supervisor.watchdog); the real tree is in
+tests/actors/test_training_never_stops.py."""
 
 from __future__ import annotations
 
@@ -9,15 +10,31 @@ from five_actors.supervisor.watchdog import Watchdog
 PARAMS, LEARNER, GAME = "/root/params", "/root/learners/learner-0", "/root/rollouts/game-0"
 
 
-def view(version: int, trained: int | None, env_steps: int, game_state: str = "running", learner_state: str = "running") -> dict[str, Any]:
+def view(
+    version: int, trained: int | None, env_steps: int, game_state: str = "running", learner_state: str = "running"
+) -> dict[str, Any]:
     learner: dict[str, Any] = {"path": LEARNER, "restart": "permanent", "state": learner_state}
     if trained is not None:  # an unreachable learner's entry comes from its supervisor: no class, no status
         learner |= {"class": "LearnerActor", "status": {"metrics": {"chunks_trained": trained}}}
-    return {"actors": [
-        {"path": PARAMS, "class": "ParamServerActor", "restart": "permanent", "state": "running", "status": {"progress": {"version": version}}},
-        learner,
-        {"path": GAME, "class": "GameActor", "restart": "permanent", "state": game_state, "status": {"progress": {"env_steps": env_steps}}},
-    ]}  # fmt: skip
+    return {
+        "actors": [
+            {
+                "path": PARAMS,
+                "class": "ParamServerActor",
+                "restart": "permanent",
+                "state": "running",
+                "status": {"progress": {"version": version}},
+            },
+            learner,
+            {
+                "path": GAME,
+                "class": "GameActor",
+                "restart": "permanent",
+                "state": game_state,
+                "status": {"progress": {"env_steps": env_steps}},
+            },
+        ]
+    }
 
 
 def test_no_new_version_while_games_run_is_a_stall_that_restarts_the_learners() -> None:
@@ -37,7 +54,10 @@ def test_an_unreachable_learner_has_made_no_progress() -> None:
     dog.check(view(5, 40, 100), 0.0)
     assert dog.check(view(5, None, 100, learner_state="unreachable (timeout)"), 5.0) == []
     stalls = dog.check(view(5, None, 100, learner_state="unreachable (timeout)"), 12.0)
-    assert {s.rule for s in stalls} == {f"version:{PARAMS}", f"trained:{LEARNER}"}  # env steps: not while a child is down
+    assert {s.rule for s in stalls} == {
+        f"version:{PARAMS}",
+        f"trained:{LEARNER}",
+    }  # env steps: not while a child is down
 
 
 def test_without_running_games_nothing_stalls() -> None:

@@ -21,9 +21,23 @@ pytestmark = pytest.mark.timeout(900)
 
 def test_smoke_bench_reports_both_arms_and_the_pause(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "five_actors", "bench", "surgery", "--smoke", "--game-version", "1", "--run-dir", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=840,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "five_actors",
+            "bench",
+            "surgery",
+            "--smoke",
+            "--game-version",
+            "1",
+            "--run-dir",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=840,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     budget = result["budget"]["env_steps_per_arm"]

@@ -1,4 +1,5 @@
-"""The live hand-over's parts: old-arch chunks converted for the learner, and the anneal shares with their revert rule."""
+"""The live hand-over's parts: old-arch chunks converted for the learner, and the anneal shares with their revert
+rule."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ STEPS = 8
 
 
 def rollout_of(state: ModelState, probes: Probes) -> Rollout:
-    """A Rollout of `state`'s architecture: the probes' steps 8..15, acted on by its policy from the state after steps 0..7."""
+    """A Rollout of `state`'s architecture: the probes' steps 8..15, acted on by its policy from the state after steps
+    0..7."""
     policy = state.build_policy()
     obs, masks = torch.as_tensor(probes.obs), {k: torch.as_tensor(v) for k, v in probes.masks.items()}
     rows = probes.rows
@@ -38,12 +40,23 @@ def rollout_of(state: ModelState, probes: Probes) -> Rollout:
     chunk = slice(STEPS, 2 * STEPS)
     zeros = np.zeros((STEPS, rows), np.float32)
     return Rollout(
-        source="test", arch=state.spec.hash, versions=np.zeros(rows, np.int64), obs=probes.obs[chunk],
-        masks={k: v[chunk] for k, v in probes.masks.items()}, actions=np.stack(actions).astype(np.int64),
-        logp=np.stack(logp).astype(np.float32), values=np.stack(values).astype(np.float32), rewards=zeros,
-        dones=np.zeros((STEPS, rows), bool), starts=probes.starts[chunk].copy(), advantages=zeros, returns=zeros,
-        h=h, c=c, made_at=0.0,
-    )  # fmt: skip
+        source="test",
+        arch=state.spec.hash,
+        versions=np.zeros(rows, np.int64),
+        obs=probes.obs[chunk],
+        masks={k: v[chunk] for k, v in probes.masks.items()},
+        actions=np.stack(actions).astype(np.int64),
+        logp=np.stack(logp).astype(np.float32),
+        values=np.stack(values).astype(np.float32),
+        rewards=zeros,
+        dones=np.zeros((STEPS, rows), bool),
+        starts=probes.starts[chunk].copy(),
+        advantages=zeros,
+        returns=zeros,
+        h=h,
+        c=c,
+        made_at=0.0,
+    )
 
 
 def evaluate(state: ModelState, msg: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,14 +64,21 @@ def evaluate(state: ModelState, msg: Rollout) -> tuple[torch.Tensor, torch.Tenso
     policy = state.build_policy()
     with torch.no_grad():
         logp, _entropy, value = policy.evaluate(
-            torch.as_tensor(msg.obs), {k: torch.as_tensor(v) for k, v in msg.masks.items()}, torch.as_tensor(msg.actions),
-            torch.as_tensor(msg.starts), (torch.as_tensor(msg.h), torch.as_tensor(msg.c)),
-        )  # fmt: skip
+            torch.as_tensor(msg.obs),
+            {k: torch.as_tensor(v) for k, v in msg.masks.items()},
+            torch.as_tensor(msg.actions),
+            torch.as_tensor(msg.starts),
+            (torch.as_tensor(msg.h), torch.as_tensor(msg.c)),
+        )
     return logp, value
 
 
-@pytest.mark.parametrize("surgery", ["widen-lstm 48", "add-observation all + widen-layer core_input 40", "game-version 2 + widen-lstm 40"])
-def test_a_converted_chunk_is_what_the_new_model_would_have_played(surgery: str, trained: ModelState, probes_v1: Probes) -> None:
+@pytest.mark.parametrize(
+    "surgery", ["widen-lstm 48", "add-observation all + widen-layer core_input 40", "game-version 2 + widen-lstm 40"]
+)
+def test_a_converted_chunk_is_what_the_new_model_would_have_played(
+    surgery: str, trained: ModelState, probes_v1: Probes
+) -> None:
     new = apply(parse_ops(surgery.split()), trained)
     old_chunk = rollout_of(trained, probes_v1)
     assert check_rollout(old_chunk, trained.spec, STEPS) == probes_v1.rows
@@ -68,11 +88,15 @@ def test_a_converted_chunk_is_what_the_new_model_would_have_played(surgery: str,
     assert check_rollout(converted, new.spec, STEPS) == probes_v1.rows
     old_logp, old_value = evaluate(trained, old_chunk)
     new_logp, new_value = evaluate(new, converted)
-    assert torch.allclose(old_logp, torch.as_tensor(old_chunk.logp), atol=1e-5)  # the chunk is on-policy for the old model
+    assert torch.allclose(
+        old_logp, torch.as_tensor(old_chunk.logp), atol=1e-5
+    )  # the chunk is on-policy for the old model
     assert (new_logp - old_logp).abs().max() <= 1e-6 and (new_value - old_value).abs().max() <= 1e-6
 
 
-def test_the_buffer_converts_waiting_chunks_and_accounts_for_every_chunk(trained: ModelState, probes_v1: Probes) -> None:
+def test_the_buffer_converts_waiting_chunks_and_accounts_for_every_chunk(
+    trained: ModelState, probes_v1: Probes
+) -> None:
     new = apply(parse_ops(["widen-lstm", "48"]), trained)
     buffer = ExperienceBuffer(capacity=100, chunk_steps=STEPS, window_s=10.0)
     chunk = rollout_of(trained, probes_v1)
@@ -84,7 +108,9 @@ def test_the_buffer_converts_waiting_chunks_and_accounts_for_every_chunk(trained
     assert buffer.convert(trained.spec, new.spec) == (waiting, 0)  # used chunks leave; waiting ones are converted
     counts = buffer.accounting()
     assert counts["chunks_waiting"] == counts["chunks_converted"] == len(buffer) == waiting
-    assert all(c.arrays["h"].shape == (48,) and c.arrays["obs"].shape == (STEPS, new.spec.obs.size) for c in buffer.chunks)
+    assert all(
+        c.arrays["h"].shape == (48,) and c.arrays["obs"].shape == (STEPS, new.spec.obs.size) for c in buffer.chunks
+    )
     fates = ("chunks_trained", "chunks_dropped_stale", "chunks_dropped_arch", "chunks_evicted_unused", "chunks_waiting")
     assert counts["chunks_received"] == sum(counts[name] for name in fates) == 2 * rows
     back = apply(parse_ops(["game-version", "2"]), trained)  # no way from 48 LSTM units back to 32: dropped, counted
@@ -125,7 +151,10 @@ def test_games_outside_the_game_version_share_see_the_version_before() -> None:
     new, old = (obs_spec(2), action_spec(2)), (obs_spec(1), action_spec(1))
     rows = 4
     obs = np.ones((rows, new[0].size), np.float32)
-    masks = {"type": np.ones((rows, len(new[1].types)), bool), **{h.name: np.ones((rows, len(new[1].types), h.size), bool) for h in new[1].heads}}
+    masks = {
+        "type": np.ones((rows, len(new[1].types)), bool),
+        **{h.name: np.ones((rows, len(new[1].types), h.size), bool) for h in new[1].heads},
+    }
     seen, seen_masks = apply_game_version(obs, masks, np.array([2, 3]), new, old)
     recall = new[1].types.index("recall")
     assert seen_masks["type"][:2, recall].all() and not seen_masks["type"][2:, recall].any()

@@ -38,7 +38,9 @@ each version on a few games only, too noisy for the revert rule: it is tested on
 
 def post(url: str, body: dict[str, Any], token: str | None) -> tuple[int, Any]:
     """POST JSON with a timeout long enough for a surgery."""
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
     try:
@@ -68,7 +70,11 @@ class Run:
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     where = tmp_path_factory.mktemp("live")
     run_dir = where / "run"
-    settings = {"surgery_anneal_versions": ANNEAL_VERSIONS, "surgery_revert_trueskill": 100, "pool_max_versions": 4}  # 4: short surgeries
+    settings = {
+        "surgery_anneal_versions": ANNEAL_VERSIONS,
+        "surgery_revert_trueskill": 100,
+        "pool_max_versions": 4,
+    }  # 4: short surgeries
     sets = [word for key, value in settings.items() for word in ("--set", f"training.{key}={value}")]
     proc = Proc(["up", "--port", "0", "--config", "smoke", "--run-dir", str(run_dir), *sets], where, "up")
     try:
@@ -89,7 +95,9 @@ def test_a_refused_surgery_changes_nothing(run: Run) -> None:
     assert status == 400 and "ops" in body["message"], body
     status, body = post(f"{run.url}/surgery", {"ops": ["widen-lstm", "16"]}, run.token)
     assert status == 400 and "widen-lstm 16" in body["message"], body
-    status, body = post(f"{run.url}/surgery", {"ops": ["widen-lstm", "64"], "dry_run": True, "probe_steps": 32}, run.token)
+    status, body = post(
+        f"{run.url}/surgery", {"ops": ["widen-lstm", "64"], "dry_run": True, "probe_steps": 32}, run.token
+    )
     assert status == 200 and body["dry_run"] and body["changes"]["widths"]["lstm_size"] == [32, 64]
     assert metric(run.url, "/root/params", "surgeries") == stats_before == 0
     assert log_events(run.run_dir, "surgery_rejected")
@@ -101,25 +109,53 @@ def test_widen_lstm_then_add_observation_and_training_goes_on(run: Run) -> None:
     new_arch = report["changes"]["architecture"]["to"]
     swapped_at = report["version_to"]
     assert metric(run.url, "/root/params", "arch", "progress") == new_arch
-    wait_until(lambda: metric(run.url, LEARNER, "arch", "progress") == new_arch, timeout=120, what="the learner on the new arch")
+    wait_until(
+        lambda: metric(run.url, LEARNER, "arch", "progress") == new_arch,
+        timeout=120,
+        what="the learner on the new arch",
+    )
     wait_until(lambda: metric(run.url, GAME, "game_arch_switches") == 1, timeout=120, what="the game on the new arch")
     wait_until(lambda: run.version() >= swapped_at + 2, timeout=120, what="versions advancing after the swap")
 
     done = subprocess.run(
-        [sys.executable, "-m", "five_actors", "surgery", "add-observation", "all", "--url", run.url,
-         "--token-file", str(run.run_dir / "token"), "--probe-steps", "32", "--json"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "five_actors",
+            "surgery",
+            "add-observation",
+            "all",
+            "--url",
+            run.url,
+            "--token-file",
+            str(run.run_dir / "token"),
+            "--probe-steps",
+            "32",
+            "--json",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     second = json.loads(done.stdout)
     assert second["changes"]["architecture"]["from"] == new_arch and second["changes"]["features_added"]
     wait_until(lambda: metric(run.url, GAME, "game_arch_switches") == 2, timeout=120, what="the game's second switch")
-    wait_until(lambda: run.version() >= second["version_to"] + 2, timeout=120, what="versions advancing after the second swap")
+    wait_until(
+        lambda: run.version() >= second["version_to"] + 2, timeout=120, what="versions advancing after the second swap"
+    )
 
     rounds = metric(run.url, "/root/eval", "eval_rounds") or 0
-    wait_until(lambda: (metric(run.url, "/root/eval", "eval_rounds") or 0) > rounds, timeout=120, what="an eval round on the new arch")
+    wait_until(
+        lambda: (metric(run.url, "/root/eval", "eval_rounds") or 0) > rounds,
+        timeout=120,
+        what="an eval round on the new arch",
+    )
     view = get(f"{run.url}/actors")[1]
-    assert all(a.get("restarts", 0) == 0 for a in view["actors"]), [(a["path"], a.get("restarts")) for a in view["actors"]]
+    assert all(a.get("restarts", 0) == 0 for a in view["actors"]), [
+        (a["path"], a.get("restarts")) for a in view["actors"]
+    ]
     assert not log_events(run.run_dir, "actor_crashed")
     # The game switched at chunk boundaries: of its old-arch steps it dropped at most the one after its
     # last chunk (the bootstrap value's step) per switch; the old-arch chunks were converted, not refused.
@@ -133,22 +169,39 @@ def test_widen_lstm_then_add_observation_and_training_goes_on(run: Run) -> None:
 def test_game_version_and_its_new_action_are_annealed_in(run: Run) -> None:
     status, report = post(f"{run.url}/surgery", {"ops": ["game-version", "2"], "probe_steps": 32}, run.token)
     assert status == 200, report
-    assert report["changes"]["action_types_added"] == ["recall"] and report["changes"]["game_version"] == {"from": 1, "to": 2}
-    wait_until(lambda: metric(run.url, GAME, "game_anneal_share_game_version") == 1.0, timeout=120, what="the game version in every game")
+    assert report["changes"]["action_types_added"] == ["recall"] and report["changes"]["game_version"] == {
+        "from": 1,
+        "to": 2,
+    }
+    wait_until(
+        lambda: metric(run.url, GAME, "game_anneal_share_game_version") == 1.0,
+        timeout=120,
+        what="the game version in every game",
+    )
     heard = [e["shares"] for e in log_events(run.run_dir, "anneal_shares") if "game_version" in e["shares"]]
     shares = [s["game_version"] for s in heard]
-    assert shares[0] == 0.0 and shares[-1] == 1.0 and shares == sorted(shares) and len(set(shares)) >= 3, shares  # a version at a time
+    assert shares[0] == 0.0 and shares[-1] == 1.0 and shares == sorted(shares) and len(set(shares)) >= 3, (
+        shares
+    )  # a version at a time
     assert all(s["recall"] == s["game_version"] for s in heard)
     assert metric(run.url, "/root/params", "anneal_share_recall") == 1.0
     wait_until(lambda: metric(run.url, GAME, "game_annealed_taken_recall"), timeout=60, what="recall played once legal")
     assert not log_events(run.run_dir, "actor_crashed")
 
 
-FATES = ("chunks_trained", "chunks_refused", "chunks_dropped_stale", "chunks_dropped_arch", "chunks_evicted_unused", "chunks_waiting")
+FATES = (
+    "chunks_trained",
+    "chunks_refused",
+    "chunks_dropped_stale",
+    "chunks_dropped_arch",
+    "chunks_evicted_unused",
+    "chunks_waiting",
+)
 
 
 def chunk_counts(url: str, learners: tuple[str, ...] = (LEARNER,)) -> dict[str, int]:
-    """The game's chunks made and lost and the learners' chunks by fate (summed over `learners`), from one /actors view."""
+    """The game's chunks made and lost and the learners' chunks by fate (summed over `learners`), from one /actors
+    view."""
     view = {a["path"]: (a.get("status") or {}).get("metrics", {}) for a in get(f"{url}/actors")[1]["actors"]}
     counts = {name: sum(view[path][name] for path in learners) for name in FATES}
     counts["lost"] = view[GAME]["game_chunks_lost"]

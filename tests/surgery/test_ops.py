@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from five_actors.errors import SurgeryRejected
+from five_actors.game.layout import project_masks, project_obs
 from five_actors.game.spec import action_spec, obs_spec
 from five_actors.surgery.ops import SurgeryOp, apply, grow_lstm_state, parse_ops
 from five_actors.surgery.state import ModelState
-from five_actors.surgery.verify import Probes, project_masks, project_obs, verify
+from five_actors.surgery.verify import Probes, verify
 
 PRESERVING = [
     "add-observation self.kills enemies.items",
@@ -33,7 +34,9 @@ def ops(text: str) -> list[SurgeryOp]:
 
 
 @pytest.mark.parametrize("surgery", PRESERVING)
-def test_operation_preserves_outputs_on_recorded_games(surgery: str, trained: ModelState, probes_v1: Probes, probes_v2: Probes) -> None:
+def test_operation_preserves_outputs_on_recorded_games(
+    surgery: str, trained: ModelState, probes_v1: Probes, probes_v2: Probes
+) -> None:
     new = apply(ops(surgery), trained)
     assert new.spec.hash != trained.spec.hash
     new.build_policy()  # loads strictly
@@ -103,7 +106,9 @@ def test_adam_moments_carried_for_old_entries_and_zero_for_new(trained: ModelSta
     assert new.optimizer["param_groups"][0]["lr"] == trained.optimizer["param_groups"][0]["lr"]
 
 
-def test_one_adam_step_after_surgery_moves_old_weights_as_before(trained: ModelState, probes_v1: Probes, loss_of_chunk: Callable[..., torch.Tensor]) -> None:
+def test_one_adam_step_after_surgery_moves_old_weights_as_before(
+    trained: ModelState, probes_v1: Probes, loss_of_chunk: Callable[..., torch.Tensor]
+) -> None:
     new = apply(ops("widen-lstm 48 + add-observation self.kills + add-action blink"), trained)
     after = {}
     for state in (trained, new):
@@ -112,7 +117,12 @@ def test_one_adam_step_after_surgery_moves_old_weights_as_before(trained: ModelS
         optimizer.load_state_dict(dict(state.optimizer or {}))
         obs = torch.as_tensor(project_obs(probes_v1.obs[8:16], probes_v1.obs_spec, state.spec.obs))
         masks = project_masks(probes_v1.masks, probes_v1.action_spec, state.spec.actions)
-        loss = loss_of_chunk(policy, obs, {k: torch.as_tensor(v[8:16]) for k, v in masks.items()}, torch.as_tensor(probes_v1.starts[8:16]))
+        loss = loss_of_chunk(
+            policy,
+            obs,
+            {k: torch.as_tensor(v[8:16]) for k, v in masks.items()},
+            torch.as_tensor(probes_v1.starts[8:16]),
+        )
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -144,8 +154,12 @@ def test_v1_model_carried_to_v2_plays_v2_observations_like_before(trained: Model
     new_obs = torch.as_tensor(probes_v2.obs)
     states = [old_policy.initial_state(probes_v2.rows), new_policy.initial_state(probes_v2.rows)]
     for t in range(probes_v2.steps):
-        a = old_policy.act(old_obs[t], {k: torch.as_tensor(v[t]) for k, v in old_masks.items()}, states[0], deterministic=True)
-        b = new_policy.act(new_obs[t], {k: torch.as_tensor(v[t]) for k, v in new_masks.items()}, states[1], deterministic=True)
+        a = old_policy.act(
+            old_obs[t], {k: torch.as_tensor(v[t]) for k, v in old_masks.items()}, states[0], deterministic=True
+        )
+        b = new_policy.act(
+            new_obs[t], {k: torch.as_tensor(v[t]) for k, v in new_masks.items()}, states[1], deterministic=True
+        )
         assert torch.equal(a.actions, b.actions)
         torch.testing.assert_close(a.value, b.value, atol=1e-5, rtol=1e-6)
         states = [a.state, b.state]
@@ -177,7 +191,9 @@ def test_refused_surgery_says_why_and_changes_nothing(surgery: str, reason: str,
     with pytest.raises(SurgeryRejected, match=reason):
         apply(ops(f"widen-lstm 40 + {surgery}"), trained)
     assert all(torch.equal(before[k], v) for k, v in trained.params.items())
-    assert all(torch.equal(moments[i][k], v) for i, e in (trained.optimizer or {})["state"].items() for k, v in e.items())
+    assert all(
+        torch.equal(moments[i][k], v) for i, e in (trained.optimizer or {})["state"].items() for k, v in e.items()
+    )
     assert trained.spec.lstm_size == 32
 
 

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import asyncio
+from pathlib import Path
 
 import pytest
 
-from five_actors.actors.messages import EvalRating, GetParams, GetStats, ParamsAvailable, PublishParams, Subscribe, Surgery
+from five_actors.actors.messages import (
+    EvalRating,
+    GetParams,
+    GetStats,
+    ParamsAvailable,
+    PublishParams,
+    Subscribe,
+    Surgery,
+)
 from five_actors.actors.param_server import ParamServerActor
-from five_actors.actors.params import state_arrays, initial_policy
+from five_actors.actors.params import initial_policy, state_arrays
 from five_actors.config import load_config
 from five_actors.errors import RemoteError
 from five_actors.runtime.actor import Actor, ActorSystem
@@ -28,7 +35,9 @@ class Listener(Actor):
         self.shares.append(dict(msg.anneal))
 
 
-async def test_a_live_widen_lstm_operates_latest_and_pool_and_announces_the_new_arch(system: ActorSystem, tmp_path: Path) -> None:
+async def test_a_live_widen_lstm_operates_latest_and_pool_and_announces_the_new_arch(
+    system: ActorSystem, tmp_path: Path
+) -> None:
     config = load_config("smoke")
     server = ParamServerActor(config=config, run_dir=str(tmp_path))
     ref = system.spawn(server, "/params")
@@ -78,7 +87,9 @@ async def test_a_live_widen_lstm_operates_latest_and_pool_and_announces_the_new_
     assert (await ref.ask(GetParams(2))).spec["lstm_size"] == 48
 
 
-async def test_publishes_are_kept_while_the_pool_is_operated_and_the_newest_is_operated_last(system: ActorSystem, tmp_path: Path) -> None:
+async def test_publishes_are_kept_while_the_pool_is_operated_and_the_newest_is_operated_last(
+    system: ActorSystem, tmp_path: Path
+) -> None:
     config = load_config("smoke")
     server = ParamServerActor(config=config, run_dir=str(tmp_path))
     ref = system.spawn(server, "/params")
@@ -107,7 +118,9 @@ async def heard(listener: Listener, shares: dict[str, float]) -> None:
     raise AssertionError(f"the listener heard {listener.shares[-3:]}, not {shares}")
 
 
-async def test_a_game_version_anneals_in_and_is_reverted_when_trueskill_falls(system: ActorSystem, tmp_path: Path) -> None:
+async def test_a_game_version_anneals_in_and_is_reverted_when_trueskill_falls(
+    system: ActorSystem, tmp_path: Path
+) -> None:
     config = load_config("smoke", ["training.surgery_anneal_versions=10", "training.surgery_revert_trueskill=5.0"])
     ref = system.spawn(ParamServerActor(config=config, run_dir=str(tmp_path)), "/params")
     assert await system.wait_started(ref) is None
@@ -136,7 +149,10 @@ async def test_a_game_version_anneals_in_and_is_reverted_when_trueskill_falls(sy
     ref = system.spawn(ParamServerActor(config=config, run_dir=str(tmp_path)), "/params2")
     assert await system.wait_started(ref) is None
     stats = await ref.ask(GetStats())
-    assert stats["anneal"] == {"recall": 0.0, "game_version": 0.0} and set(stats["reverted"]) == {"recall", "game_version"}
+    assert stats["anneal"] == {"recall": 0.0, "game_version": 0.0} and set(stats["reverted"]) == {
+        "recall",
+        "game_version",
+    }
 
 
 async def test_surgery_sizes_are_bounded_and_a_refusal_frees_the_surgery(system: ActorSystem, tmp_path: Path) -> None:

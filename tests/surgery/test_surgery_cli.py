@@ -29,8 +29,25 @@ def checkpoint(tmp_path: Path, trained: ModelState) -> Path:
 
 def test_round_trip_writes_a_loadable_wider_checkpoint(checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "out.ckpt"
-    command = [sys.executable, "-m", "five_actors", "surgery", "widen-lstm", "48", "+", "add-action", "blink", "move",
-               "--checkpoint", str(checkpoint), "--out", str(out), "--probe-steps", "16", "--json"]
+    command = [
+        sys.executable,
+        "-m",
+        "five_actors",
+        "surgery",
+        "widen-lstm",
+        "48",
+        "+",
+        "add-action",
+        "blink",
+        "move",
+        "--checkpoint",
+        str(checkpoint),
+        "--out",
+        str(out),
+        "--probe-steps",
+        "16",
+        "--json",
+    ]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -48,10 +65,25 @@ def test_round_trip_writes_a_loadable_wider_checkpoint(checkpoint: Path, tmp_pat
     assert len(optimizer.state) == len(list(policy.parameters()))
 
 
-def test_dry_run_reports_and_writes_nothing(checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_dry_run_reports_and_writes_nothing(
+    checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "out.ckpt"
     before = checkpoint.read_bytes()
-    code = main(["surgery", "game-version", "2", "--checkpoint", str(checkpoint), "--out", str(out), "--dry-run", "--probe-steps", "8"])
+    code = main(
+        [
+            "surgery",
+            "game-version",
+            "2",
+            "--checkpoint",
+            str(checkpoint),
+            "--out",
+            str(out),
+            "--dry-run",
+            "--probe-steps",
+            "8",
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0
     assert "features added to self: recall_cd, kills, deaths" in printed
@@ -62,7 +94,9 @@ def test_dry_run_reports_and_writes_nothing(checkpoint: Path, tmp_path: Path, ca
 
 def test_refused_surgery_writes_nothing(checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out.ckpt"
-    code = main(["surgery", "widen-lstm", "16", "--checkpoint", str(checkpoint), "--out", str(out), "--probe-steps", "8"])
+    code = main(
+        ["surgery", "widen-lstm", "16", "--checkpoint", str(checkpoint), "--out", str(out), "--probe-steps", "8"]
+    )
     assert code == 2
     assert "removal is not supported" in capsys.readouterr().err
     assert not out.exists()
@@ -85,6 +119,18 @@ def test_out_or_dry_run_is_required(checkpoint: Path, capsys: pytest.CaptureFixt
 
 
 def test_no_probe_steps_is_refused(checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["surgery", "widen-lstm", "48", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "o"), "--probe-steps", "0"])
+    code = main(
+        [
+            "surgery",
+            "widen-lstm",
+            "48",
+            "--checkpoint",
+            str(checkpoint),
+            "--out",
+            str(tmp_path / "o"),
+            "--probe-steps",
+            "0",
+        ]
+    )
     assert code == 2
     assert "at least one step" in capsys.readouterr().err

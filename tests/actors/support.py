@@ -15,6 +15,18 @@ from five_actors.model.policy import Policy
 from five_actors.model.spec import ModelSpec
 from five_actors.runtime.actor import Actor
 
+TINY_GAME = [
+    "game.heroes_per_side=2",
+    "game.lanes=1",
+    "game.time_limit_steps=40",
+    "model.entity_hidden=8",
+    "model.entity_embed=8",
+    "model.core_input=16",
+    "model.lstm_size=16",
+    "model.pointer_key=8",
+]
+"""--set overrides for a tiny 2v2 lane game and model (the eval tests play it)."""
+
 
 class ContextReporter(Actor):
     """Records, in on_start, the run config and run dir its supervisor gave it; reports them in status()."""

@@ -20,20 +20,9 @@ from five_actors.supervisor.child import TreeContext
 from five_actors.supervisor.config import TreeConfig
 from five_actors.supervisor.health import _actor_metrics
 from five_actors.supervisor.tree import Supervisor
+from tests.actors.support import TINY_GAME
 
-TINY = [
-    "game.heroes_per_side=2",
-    "game.lanes=1",
-    "game.time_limit_steps=40",
-    "model.entity_hidden=8",
-    "model.entity_embed=8",
-    "model.core_input=16",
-    "model.lstm_size=16",
-    "model.pointer_key=8",
-    "training.eval_games=4",
-    "training.eval_every_s=0.2",
-    "training.eval_past_versions=1",
-]
+TINY = [*TINY_GAME, "training.eval_games=4", "training.eval_every_s=0.2", "training.eval_past_versions=1"]
 
 
 def test_wilson_interval_matches_the_formula() -> None:

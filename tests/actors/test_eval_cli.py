@@ -16,24 +16,14 @@ from five_actors.cli import main
 from five_actors.config import load_config, write_run_config
 from five_actors.game.replay import load_replay
 from five_actors.model.checkpoint import save_checkpoint
-
-TINY = [
-    "game.heroes_per_side=2",
-    "game.lanes=1",
-    "game.time_limit_steps=40",
-    "model.entity_hidden=8",
-    "model.entity_embed=8",
-    "model.core_input=16",
-    "model.lstm_size=16",
-    "model.pointer_key=8",
-]
+from tests.actors.support import TINY_GAME
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run directory as `up` leaves it: config.json and two checkpoints written like the ParamServer's."""
     run_dir = tmp_path_factory.mktemp("run")
-    config = load_config("smoke", TINY)
+    config = load_config("smoke", TINY_GAME)
     write_run_config(config, run_dir)
     store = CheckpointStore(run_dir / "checkpoints")
     for version in (2, 7):

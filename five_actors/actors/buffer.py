@@ -103,7 +103,7 @@ def check_rollout(msg: Rollout, spec: ModelSpec, chunk_steps: int) -> int:
     if not isinstance(msg.obs, np.ndarray) or msg.obs.ndim != 3:
         raise TrainingError(f"obs must be a [T, B, D] array, got {getattr(msg.obs, 'shape', type(msg.obs).__name__)}")
     steps, batch = msg.obs.shape[:2]
-    lstm, types = spec.lstm_size, len(spec.actions.types)
+    lstm = spec.lstm_size
     expected: dict[str, tuple[tuple[int, ...], str]] = {
         "obs": ((chunk_steps, batch, spec.obs.size), "f"),
         "actions": ((chunk_steps, batch, spec.actions.columns), "i"),
@@ -116,10 +116,7 @@ def check_rollout(msg: Rollout, spec: ModelSpec, chunk_steps: int) -> int:
     }
     for name, (shape, kind) in expected.items():
         _check_array(name, getattr(msg, name), shape, kind)
-    masks = {
-        "type": (chunk_steps, batch, types),
-        **{h.name: (chunk_steps, batch, types, h.size) for h in spec.actions.heads},
-    }
+    masks = spec.actions.mask_shapes(chunk_steps, batch)
     if not isinstance(msg.masks, dict) or set(msg.masks) != set(masks):
         raise TrainingError(
             f"masks have keys {sorted(msg.masks) if isinstance(msg.masks, dict) else msg.masks!r}, expected "

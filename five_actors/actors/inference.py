@@ -295,9 +295,7 @@ class InferenceActor(Actor):
             or not np.issubdtype(msg.versions.dtype, np.integer)
         ):
             raise ModelError(f"InferRequest versions must be int64 [{rows}], got {_describe(msg.versions)}")
-        actions = spec.actions
-        expected: dict[str, tuple[int, ...]] = {"type": (rows, len(actions.types))}
-        expected.update({h.name: (rows, len(actions.types), h.size) for h in actions.heads})
+        expected = spec.actions.mask_shapes(rows)
         if not isinstance(msg.masks, dict) or set(msg.masks) != set(expected):
             keys = sorted(msg.masks) if isinstance(msg.masks, dict) else type(msg.masks).__name__
             raise ModelError(f"InferRequest masks have keys {keys}, expected {sorted(expected)}")

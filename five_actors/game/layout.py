@@ -116,6 +116,11 @@ class ActionSpec:
     def columns(self) -> int:
         return 1 + len(self.heads)
 
+    def mask_shapes(self, *lead: int) -> dict[str, tuple[int, ...]]:
+        """The shape of every mask after the leading axes `lead` (rows, or steps and rows): `type` one flag per
+        type, a secondary head one row of its choices per type."""
+        return {"type": (*lead, len(self.types)), **{h.name: (*lead, len(self.types), h.size) for h in self.heads}}
+
     def uses_array(self) -> np.ndarray:
         return np.array(self.uses, dtype=bool).reshape(len(self.types), len(self.heads))
 

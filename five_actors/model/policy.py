@@ -160,8 +160,7 @@ class Policy(nn.Module):
     def check_masks(self, masks: Mapping[str, Tensor], rows: int) -> None:
         """Refuse masks missing, misshapen, not bool, or leaving a needed head with no legal choice."""
         actions = self.spec.actions
-        expected: dict[str, tuple[int, ...]] = {"type": (rows, len(actions.types))}
-        expected.update({h.name: (rows, len(actions.types), h.size) for h in actions.heads})
+        expected = actions.mask_shapes(rows)
         if set(masks) != set(expected):
             raise ModelError(f"masks have keys {sorted(masks)}, expected {sorted(expected)}")
         for name, shape in expected.items():

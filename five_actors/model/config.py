@@ -7,6 +7,9 @@ from typing import Literal
 
 from five_actors.schedule import Schedule, check_schedule
 
+WIDTHS = ("entity_hidden", "entity_embed", "core_input", "lstm_size", "pointer_key")
+"""The network's widths: set here, carried by every ModelSpec, changed by surgery."""
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -28,7 +31,7 @@ class ModelConfig:
     """Width of the attention keys and queries of pointer (target) heads."""
 
     def __post_init__(self) -> None:
-        for name in ("entity_hidden", "entity_embed", "core_input", "lstm_size", "pointer_key"):
+        for name in WIDTHS:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.core not in ("lstm", "mlp"):

@@ -15,7 +15,7 @@ import orjson
 
 from five_actors.errors import ModelError
 from five_actors.game.layout import ActionSpec, ObsSpec
-from five_actors.model.config import ModelConfig
+from five_actors.model.config import WIDTHS, ModelConfig
 
 SPEC_FORMAT = 1
 
@@ -26,11 +26,12 @@ class ModelSpec:
 
     obs: ObsSpec
     actions: ActionSpec
-    entity_hidden: int = 64
-    entity_embed: int = 64
-    core_input: int = 128
-    lstm_size: int = 128
-    pointer_key: int = 32
+    entity_hidden: int
+    entity_embed: int
+    core_input: int
+    lstm_size: int
+    pointer_key: int
+    """The widths (WIDTHS): what each means, and its default, is in ModelConfig."""
     core: str = "lstm"
     """"lstm" or "mlp" (five_actors.model.config.ModelConfig.core)."""
 
@@ -59,16 +60,7 @@ class ModelSpec:
     @classmethod
     def build(cls, obs: ObsSpec, actions: ActionSpec, config: ModelConfig) -> ModelSpec:
         """The spec for an environment's layouts with the widths from `config`."""
-        return cls(
-            obs,
-            actions,
-            config.entity_hidden,
-            config.entity_embed,
-            config.core_input,
-            config.lstm_size,
-            config.pointer_key,
-            config.core,
-        )
+        return cls(obs, actions, **{name: getattr(config, name) for name in WIDTHS}, core=config.core)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready description; `from_dict` inverts it exactly. An LSTM core is not written, so
@@ -79,11 +71,7 @@ class ModelSpec:
             "format": SPEC_FORMAT,
             "obs": self.obs.to_dict(),
             "actions": self.actions.to_dict(),
-            "entity_hidden": self.entity_hidden,
-            "entity_embed": self.entity_embed,
-            "core_input": self.core_input,
-            "lstm_size": self.lstm_size,
-            "pointer_key": self.pointer_key,
+            **{name: getattr(self, name) for name in WIDTHS},
         }
 
     @classmethod
@@ -92,9 +80,7 @@ class ModelSpec:
         try:
             if data["format"] != SPEC_FORMAT:
                 raise ModelError(f"model spec format {data['format']!r} is not supported (expected {SPEC_FORMAT})")
-            widths = {
-                k: int(data[k]) for k in ("entity_hidden", "entity_embed", "core_input", "lstm_size", "pointer_key")
-            }
+            widths = {name: int(data[name]) for name in WIDTHS}
             return cls(
                 ObsSpec.from_dict(data["obs"]),
                 ActionSpec.from_dict(data["actions"]),

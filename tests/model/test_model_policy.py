@@ -1,5 +1,7 @@
 """The policy: legal sampling, masked log-probs, BPTT equivalence, state resets, bad input."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -191,4 +193,4 @@ def test_pointer_head_size_must_match_its_blocks() -> None:
     spec = make_spec()
     heads = (spec.actions.heads[0], type(spec.actions.heads[1])("target", 4, ("enemies", "creeps")))
     with pytest.raises(ModelError, match="pointer head 'target' has size 4 but its blocks hold 5 slots"):
-        ModelSpec(spec.obs, type(spec.actions)(spec.actions.types, heads, spec.actions.uses))
+        replace(spec, actions=type(spec.actions)(spec.actions.types, heads, spec.actions.uses))

@@ -17,6 +17,7 @@ file is loaded; `check_importable` then imports every named class before anythin
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -32,15 +33,6 @@ _CLASS_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 _DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
 
 
-def _check_limits(max_restarts: int, max_seconds: float, backoff: float, backoff_max: float) -> None:
-    if max_restarts < 0:
-        raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
-    if max_seconds <= 0:
-        raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
-    if backoff < 0 or backoff_max < backoff:
-        raise ValueError(f"backoff must be >= 0 and <= backoff_max, got backoff={backoff}, backoff_max={backoff_max}")
-
-
 def _check_children(children: list[ChildSpec]) -> None:
     seen: set[str] = set()
     for i, child in enumerate(children):
@@ -49,9 +41,37 @@ def _check_children(children: list[ChildSpec]) -> None:
         seen.add(child.id)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Restarts:
+    """How a supervisor restarts its children: the root `[tree]` and every nested tree child (supervisor, host,
+    process with children) have these keys."""
+
+    strategy: Strategy = "one_for_one"
+    """How a child's exit affects its siblings: one_for_one, one_for_all or rest_for_one."""
+    max_restarts: int = 3
+    """More than this many restarts within max_seconds and the supervisor gives up."""
+    max_seconds: float = 5.0
+    """The window of the restart intensity, in seconds."""
+    backoff: float = 0.1
+    """Seconds before the first restart; doubles per restart within the window."""
+    backoff_max: float = 5.0
+    """The longest wait before a restart, in seconds."""
+
+    def __post_init__(self) -> None:
+        if self.max_restarts < 0:
+            raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts}")
+        if self.max_seconds <= 0:
+            raise ValueError(f"max_seconds must be > 0, got {self.max_seconds}")
+        if self.backoff < 0 or self.backoff_max < self.backoff:
+            raise ValueError(
+                f"backoff must be >= 0 and <= backoff_max, got backoff={self.backoff}, backoff_max={self.backoff_max}"
+            )
+
+
 @dataclass(frozen=True)
-class ChildSpec:
-    """One child of a supervisor: what runs, where, and how it is restarted."""
+class ChildSpec(Restarts):
+    """One child of a supervisor: what runs, where, and how it is restarted (a nested tree: how it restarts its
+    own children, `Restarts`)."""
 
     id: str
     """Name, unique among its siblings; the last part of the child's actor path."""
@@ -76,16 +96,6 @@ class ChildSpec:
     the CPU the learners leave idle instead of taking half of it."""
     start_timeout: float = 30.0
     """process children: seconds the new OS process may take to report that it is running."""
-    strategy: Strategy = "one_for_one"
-    """supervisor, host, process with children: restart strategy of the nested tree."""
-    max_restarts: int = 3
-    """Nested tree: restarts allowed within max_seconds before it gives up."""
-    max_seconds: float = 5.0
-    """Nested tree: the window of the restart intensity, in seconds."""
-    backoff: float = 0.1
-    """Nested tree: seconds before the first restart; doubles per restart within the window."""
-    backoff_max: float = 5.0
-    """Nested tree: the longest wait before a restart, in seconds."""
     children: list[ChildSpec] = field(default_factory=list)
     """Nested tree: its children (supervisor and host kinds, or a process hosting a subtree)."""
 
@@ -114,7 +124,7 @@ class ChildSpec:
             raise ValueError(f"nice: must be in 0..19 (a priority below its parent's), got {self.nice}")
         if self.nice and self.kind != "process":
             raise ValueError(f"nice: only a process child runs at its own priority, not a child of kind {self.kind!r}")
-        _check_limits(self.max_restarts, self.max_seconds, self.backoff, self.backoff_max)
+        super().__post_init__()
         _check_children(self.children)
 
     @property
@@ -124,26 +134,16 @@ class ChildSpec:
 
 
 @dataclass(frozen=True)
-class TreeConfig:
-    """The root supervisor: its strategy, restart intensity, backoff and children."""
+class TreeConfig(Restarts):
+    """The root supervisor: its strategy, restart intensity, backoff (`Restarts`) and children."""
 
-    strategy: Strategy = "one_for_one"
-    """How a child's exit affects its siblings: one_for_one, one_for_all or rest_for_one."""
-    max_restarts: int = 3
-    """More than this many restarts within max_seconds and the supervisor gives up."""
-    max_seconds: float = 5.0
-    """The window of the restart intensity, in seconds."""
-    backoff: float = 0.1
-    """Seconds before the first restart; doubles per restart within the window."""
-    backoff_max: float = 5.0
-    """The longest wait before a restart, in seconds."""
     children: list[ChildSpec] = field(default_factory=list)
     """The root's children, started in this order and stopped in reverse."""
     counts: dict[str, int] = field(default_factory=dict)
     """Named numbers that children's `count` refers to (`up --learners N` sets `learners`)."""
 
     def __post_init__(self) -> None:
-        _check_limits(self.max_restarts, self.max_seconds, self.backoff, self.backoff_max)
+        super().__post_init__()
         _check_children(self.children)
 
 
@@ -171,9 +171,18 @@ def import_class(class_path: str, where: str = "actor") -> type:
 
 
 def check_importable(spec: SupervisorSpec, where: str = "tree") -> None:
-    """Import every actor class in the tree, so that a typo stops `up` before anything starts."""
+    """Import every actor class in the tree and check its `args` against the class's constructor, so that a typo
+    stops `up` before anything starts."""
     for i, child in enumerate(spec.children):
         key = f"{where}.children[{i}]"
         if child.actor:
-            import_class(child.actor, f"{key}.actor")
+            cls = import_class(child.actor, f"{key}.actor")
+            takes = inspect.signature(cls).parameters
+            if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in takes.values()):
+                for name in child.args:
+                    if name not in takes:
+                        accepted = ", ".join(takes) or "none"
+                        raise ConfigError(
+                            f"{key}.args.{name}: {child.actor} takes no argument {name!r} (it takes: {accepted})"
+                        )
         check_importable(child, key)

@@ -8,6 +8,32 @@ config from RUN_DIR/config.json.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from five_actors.errors import ConfigError
+
+if TYPE_CHECKING:
+    from five_actors.config import Config
+    from five_actors.runtime.actor import Actor
+
+
+def run_settings(
+    actor: Actor, config: Config | None = None, run_dir: str | Path | None = None
+) -> tuple[Config, Path | None]:
+    """An actor's run config and run dir: its own arguments first, else its supervisor's TreeContext.
+
+    An actor with neither a config argument nor a context that carries one is refused (ConfigError): it would
+    otherwise train on defaults that are not the run's."""
+    context = actor.context
+    found = config if config is not None else getattr(context, "config", None)
+    if found is None:
+        raise ConfigError(
+            f"{type(actor).__name__} at {actor.ref.path} has no run config: pass config=, or start it under a "
+            "supervisor (its context carries the run's)"
+        )
+    where = run_dir if run_dir not in (None, "") else getattr(context, "run_dir", None)
+    return found, None if where is None else Path(where)
 
 
 @dataclass(frozen=True)

@@ -30,13 +30,13 @@ from typing import Any
 import numpy as np
 import structlog
 
+from five_actors.actors.config import run_settings
 from five_actors.actors.inference import policy_from_params
 from five_actors.actors.messages import EvalRating, GetParams, GetStats, Params
 from five_actors.actors.play import EVAL_SEED_BASE, GameOutcome, play_episodes, play_round, summarize, summarize_returns
 from five_actors.actors.ratings import Ratings, load_state, save_state
-from five_actors.config import Config
 from five_actors.envs import make_single_agent
-from five_actors.errors import ConfigError, FiveActorsError
+from five_actors.errors import FiveActorsError
 from five_actors.game.bots import RandomBot, ScriptedBot
 from five_actors.game.config import GameConfig
 from five_actors.game.match import Bot
@@ -76,13 +76,10 @@ class EvalActor(Actor):
         """The latest round: version, per-opponent results, the policy's score."""
 
     async def on_start(self) -> None:
-        config: Config | None = getattr(self.context, "config", None)
-        if config is None:
-            raise ConfigError(f"{self.ref.path}: the EvalActor needs the run config (start it under a supervisor)")
+        config, self.run_dir = run_settings(self)
         self.config = config
         self.training = config.training
         self.device = os.environ.get(DEVICE_ENV) or config.model.device
-        self.run_dir: Path | None = self.context.run_dir
         self.log = log.bind(actor=self.ref.path)
         saved = load_state(self.run_dir / RATINGS_FILE) if self.run_dir is not None else None
         if saved is not None:

@@ -52,7 +52,8 @@ import numpy as np
 import structlog
 
 from five_actors.actors.chunks import StepRecord, build_rollout, chunk_rewards
-from five_actors.actors.inference import LATEST, actor_config
+from five_actors.actors.config import run_settings
+from five_actors.actors.inference import LATEST
 from five_actors.actors.messages import (
     GetParams,
     GetStats,
@@ -155,7 +156,7 @@ class GameActor(Actor):
         self._next_inference = 0
 
     async def on_start(self) -> None:
-        config = actor_config(self, self._config_arg)
+        config, _ = run_settings(self, self._config_arg)
         self.training = training = config.training
         # Each game actor plays its own games: its seed comes from the run's and its path.
         seed = self.seed if self.seed is not None else (training.seed + zlib.crc32(self.ref.path.encode())) % 2**31

@@ -27,6 +27,7 @@ import numpy as np
 import structlog
 import torch
 
+from five_actors.actors.config import run_settings
 from five_actors.actors.messages import (
     GetParams,
     GetStats,
@@ -57,20 +58,6 @@ PAST_PARAMS_TIMEOUT_S = 5.0
 
 STATS_EVERY_S = 10.0
 """Interval of the `inference_stats` log event."""
-
-
-def actor_config(actor: Actor, config: Config | None) -> Config:
-    """The config an actor was given, else the one its supervisor's TreeContext carries."""
-    if config is not None:
-        return config
-    context = getattr(actor, "context", None)
-    found = getattr(context, "config", None)
-    if not isinstance(found, Config):
-        raise ModelError(
-            f"{type(actor).__name__} has no config: pass config=, or start it under a supervisor whose context carries "
-            "one"
-        )
-    return found
 
 
 def policy_from_params(params: Params, device: str) -> Policy:
@@ -136,7 +123,7 @@ class InferenceActor(Actor):
         self.started = time.monotonic()
 
     async def on_start(self) -> None:
-        config = actor_config(self, self._config_arg)
+        config, _ = run_settings(self, self._config_arg)
         self.training = config.training
         self.device = self._device_arg or config.model.device
         if self.device == "cpu" and self.training.inference_torch_threads:

@@ -42,7 +42,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any, TypeVar
 
 import numpy as np
@@ -51,8 +50,10 @@ import torch
 import torch.distributed as dist
 
 from five_actors.actors.buffer import ExperienceBuffer, Minibatch, check_rollout, convert_rollout, to_chunks
+from five_actors.actors.config import run_settings
+from five_actors.actors.group import join_group
 from five_actors.actors.messages import GetParams, GetStats, Params, ParamsAvailable, PublishParams, Rollout
-from five_actors.actors.param_server import GetOptimizerState, OptimizerState, resolve_settings
+from five_actors.actors.param_server import GetOptimizerState, OptimizerState
 from five_actors.actors.params import (
     initial_policy,
     load_optimizer,
@@ -63,7 +64,7 @@ from five_actors.actors.params import (
 )
 from five_actors.actors.subscription import keep_subscribed
 from five_actors.config import Config
-from five_actors.errors import ConfigError, FiveActorsError, ModelError, TrainingError
+from five_actors.errors import FiveActorsError, ModelError, TrainingError
 from five_actors.model.policy import Policy
 from five_actors.model.ppo import PPO
 from five_actors.model.spec import ModelSpec
@@ -140,7 +141,7 @@ class LearnerActor(Actor):
         self,
         rank: int = 0,
         world_size: int = 1,
-        param_server: str = "",
+        params: str = "",
         master_addr: str = "",
         master_port: int = 0,
         device: str = "",
@@ -150,7 +151,7 @@ class LearnerActor(Actor):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
         self.rank, self.world_size = rank, world_size
-        self.param_server = param_server
+        self.param_server = params
         self._master = (master_addr, master_port)
         self._device_arg = device
         self._config_arg, self._run_dir_arg = config, run_dir
@@ -181,7 +182,7 @@ class LearnerActor(Actor):
     # -- start ----------------------------------------------------------------------------
 
     async def on_start(self) -> None:
-        config, _ = resolve_settings(self, self._config_arg, self._run_dir_arg)
+        config, _ = run_settings(self, self._config_arg, self._run_dir_arg)
         self.config, self.training = config, config.training
         self.log = log.bind(actor=self.ref.path, rank=self.rank)
         self.device = torch.device(self._device_arg or os.environ.get(DEVICE_ENV) or config.model.device)
@@ -312,20 +313,7 @@ class LearnerActor(Actor):
     def _join_group(self) -> None:
         host = self._master[0] or self.training.rendezvous_host
         port = self._master[1] or self.training.rendezvous_port
-        if not port:
-            raise ConfigError(
-                "training.rendezvous_port: a learner world of more than one needs a rendezvous port (0 given)"
-            )
-        backend = "nccl" if self.device.type == "cuda" else "gloo"
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device.index or 0)  # NCCL uses the current device
-        dist.init_process_group(
-            backend,
-            init_method=f"tcp://{host}:{port}",
-            rank=self.rank,
-            world_size=self.world_size,
-            timeout=timedelta(seconds=self.training.allreduce_timeout_s),
-        )
+        join_group(host, port, self.rank, self.world_size, self.device, self.training.allreduce_timeout_s)
         self._grouped = True
 
     async def _starting_point(self, config: Config) -> dict[str, Any]:

@@ -40,12 +40,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
 import structlog
 
+from five_actors.actors.config import run_settings
 from five_actors.actors.messages import (
     EvalRating,
     GetParams,
@@ -97,16 +97,6 @@ class GetOptimizerState:
     """Ask the ParamServer for the latest optimizer state it holds (for a restarted learner group)."""
 
 
-def resolve_settings(actor: Actor, config: Config | None, run_dir: str | Path | None) -> tuple[Config, Path | None]:
-    """An actor's config and run dir: its own arguments first, else its supervisor's TreeContext."""
-    context = actor.context
-    if config is None:
-        config = getattr(context, "config", None) or Config()
-    if run_dir is None or run_dir == "":
-        run_dir = getattr(context, "run_dir", None)
-    return config, None if run_dir is None else Path(run_dir)
-
-
 class ParamServerActor(Actor):
     """Owns the parameter versions of one run (see the module docstring)."""
 
@@ -138,7 +128,7 @@ class ParamServerActor(Actor):
         self.surgeries = 0
 
     async def on_start(self) -> None:
-        config, run_dir = resolve_settings(self, self._config_arg, self._run_dir_arg)
+        config, run_dir = run_settings(self, self._config_arg, self._run_dir_arg)
         self.training = config.training
         self.game = config.game
         self.log = log.bind(actor=self.ref.path)

@@ -132,4 +132,4 @@ async def test_without_a_run_config_the_eval_actor_refuses_to_start() -> None:
     system = ActorSystem("head")
     ref = system.spawn(EvalActor(), "/eval")
     reason = await system.wait_started(ref)
-    assert reason is not None and "needs the run config" in reason
+    assert reason is not None and "has no run config" in reason

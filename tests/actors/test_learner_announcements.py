@@ -21,7 +21,7 @@ async def test_a_bogus_architecture_announcement_is_dropped_after_one_check_and_
 ) -> None:
     config = tiny_config(minibatch_chunks=4, buffer_chunks=16, max_sample_reuse=2.0, publish_every=1, max_staleness=8)
     server, _ = await start_server(system, config, tmp_path)
-    learner, ref = await start_learner(system, config, param_server="test/params")
+    learner, ref = await start_learner(system, config, params="test/params")
     await ref.tell(ParamsAvailable(10**12, "bogus", {}))
     await ref.tell(synthetic_rollout(learner.spec, 16, 4, 0, seed=1))
     await wait_for(lambda: learner.steps >= 2)

@@ -261,9 +261,9 @@ def _as_chunks(rollout: Any) -> Any:
 
 
 async def start_learner(
-    system: ActorSystem, config: Config, path: str = "/learner", param_server: str = ""
+    system: ActorSystem, config: Config, path: str = "/learner", params: str = ""
 ) -> tuple[LearnerActor, ActorRef]:
-    learner = LearnerActor(param_server=param_server, config=config)
+    learner = LearnerActor(params=params, config=config)
     ref = system.spawn(learner, path)
     assert await system.wait_started(ref) is None
     return learner, ref
@@ -319,7 +319,7 @@ async def test_learners_publish_to_the_param_server_and_a_restarted_learner_cont
         minibatch_chunks=4, buffer_chunks=16, max_sample_reuse=2.0, publish_every=1, checkpoint_every=1
     )
     server, server_ref = await start_server(system, config, tmp_path)
-    learner, ref = await start_learner(system, config, param_server="test/params")
+    learner, ref = await start_learner(system, config, params="test/params")
     await ref.tell(synthetic_rollout(learner.spec, 16, 4, 0, seed=5))
     await wait_for(lambda: server.version == 2)
     published = (await server_ref.ask(GetParams())).state
@@ -327,7 +327,7 @@ async def test_learners_publish_to_the_param_server_and_a_restarted_learner_cont
     assert (await server_ref.ask(GetOptimizerState())).version == 2
     await system.stop(ref)
 
-    again, _ = await start_learner(system, config, "/learner2", param_server="test/params")
+    again, _ = await start_learner(system, config, "/learner2", params="test/params")
     assert again.version == 2 and again.ppo.optimizer.state_dict()["state"]  # Adam's moments came back too
     assert same_state(await again.thread.run(lambda: state_arrays(again.policy)), published)
 

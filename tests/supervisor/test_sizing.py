@@ -31,7 +31,7 @@ def test_counts_make_numbered_copies_and_paths_become_addresses() -> None:
     tree = sized("default", "tree.counts.learners=3", "tree.counts.game_actors=4")
     learners = child(tree, "learners").children
     assert [c.id for c in learners] == ["learner-0", "learner-1", "learner-2"]
-    assert [(c.args["rank"], c.args["world_size"], c.args["param_server"]) for c in learners] == [
+    assert [(c.args["rank"], c.args["world_size"], c.args["params"]) for c in learners] == [
         (i, 3, "head/root/params") for i in range(3)
     ]
     games = child(tree, "rollouts").children

@@ -112,3 +112,21 @@ def test_unimportable_actor_classes_are_refused_before_start(tmp_path: Path, act
     config = load_config(write(tmp_path, text))
     with pytest.raises(ConfigError, match=message):
         check_importable(config.tree)
+
+
+def test_an_argument_the_actor_does_not_take_is_refused_before_start(tmp_path: Path) -> None:
+    """A learner given the old `param_server` name: refused naming the key and what the class takes, where it used
+    to crash every start of the child with a TypeError."""
+    text = (
+        '[[tree.children]]\nid = "learner"\nactor = "five_actors.actors.learner:LearnerActor"\n'
+        'args = { rank = 0, param_server = "/root/params" }\n'
+    )
+    config = load_config(write(tmp_path, text))
+    with pytest.raises(
+        ConfigError,
+        match=r"tree.children\[0\].args.param_server: .* takes no argument 'param_server' "
+        r"\(it takes: rank, world_size, params, ",
+    ):
+        check_importable(config.tree)
+    for name in ("default", "smoke", "cluster", "cartpole"):
+        check_importable(load_config(name).tree)  # the bundled trees pass

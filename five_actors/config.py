@@ -25,7 +25,7 @@ from five_actors.envs import EnvConfig
 from five_actors.errors import ConfigError
 from five_actors.files import write_atomic
 from five_actors.game.config import GameConfig
-from five_actors.model.config import ModelConfig, PPOConfig
+from five_actors.model.config import BaselineConfig, ModelConfig, PPOConfig
 from five_actors.runtime.config import NodeConfig
 from five_actors.supervisor.config import TreeConfig
 
@@ -185,6 +185,8 @@ class Config:
     """The policy network's sizes and device."""
     ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
     """The PPO learner's hyperparameters."""
+    baseline: BaselineConfig = dataclasses.field(default_factory=BaselineConfig)
+    """The synchronous baseline's loop (`bench learn`, `bench system`); `up` does not read it."""
     training: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
     """The five actors' shared settings: rollouts, inference, buffer, publishing, pool, eval (five_actors.actors)."""
 

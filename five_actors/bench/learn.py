@@ -95,7 +95,10 @@ def _one_seed(args: argparse.Namespace, config: Config, seed: int) -> dict[str, 
     env, policy_rows, opponent, gamma = _environment(args, config, seed)
     spec = ModelSpec.build(env.obs_spec, env.action_spec, config.model)
     policy = Policy(spec).to(config.model.device)
-    trainer = SyncTrainer(env, policy, config.ppo, gamma, policy_rows, opponent, seed=seed)
+    chunk_steps = config.training.rollout_chunk_steps
+    trainer = SyncTrainer(
+        env, policy, config.ppo, config.baseline, chunk_steps, gamma, policy_rows, opponent, seed=seed
+    )
     curve: list[dict[str, Any]] = []
     reached: list[int] = []
 

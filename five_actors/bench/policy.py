@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     state = policy.initial_state(len(obs))
     forward_calls, forward_s = _timed(lambda: policy.act(obs, masks, state), args.seconds)
 
-    steps = config.ppo.chunk_steps
+    steps = config.training.rollout_chunk_steps
     pick = np.random.default_rng(0).integers(0, len(obs), (steps, args.chunks))
     device = policy.device
     out = policy.act(

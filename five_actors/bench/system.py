@@ -8,7 +8,7 @@ tree's view (/actors): env steps/s (game steps x games, all game actors), learne
 inference batch (rows per forward), p99 inference latency, mean staleness and sample reuse.
 The synchronous baseline (five_actors.model.baseline), with the machine to itself, trains the
 same model on the same game with `training.games_per_actor` games in self-play (every row
-learned from, `ppo.epochs` times) for `--seconds`: collect, update, repeat. The two arms
+learned from, `baseline.epochs` times) for `--seconds`: collect, update, repeat. The two arms
 alternate `--repeats` times; the figures are medians and the ratios are system / baseline.
 """
 
@@ -165,17 +165,18 @@ def measure_baseline(config: Config, seconds: float) -> dict[str, Any]:
     env = LaneGame(dataclasses.replace(config.game, games_per_batch=games))
     torch.manual_seed(config.training.seed)
     policy = Policy(ModelSpec.build(env.obs_spec, env.action_spec, config.model)).to(config.model.device)
-    ppo = dataclasses.replace(config.ppo, chunk_steps=config.training.rollout_chunk_steps, anneal_learning_rate=False)
-    trainer = SyncTrainer(env, policy, ppo, ppo.gamma(1.0 / config.game.steps_per_second), seed=config.training.seed)
-    trainer.ppo.update(trainer.collect())  # warm-up: first-call costs are not throughput
-    length = ppo.chunk_steps * ppo.rollout_chunks
+    loop, chunk_steps = config.baseline, config.training.rollout_chunk_steps
+    gamma = config.ppo.gamma(1.0 / config.game.steps_per_second)
+    trainer = SyncTrainer(env, policy, config.ppo, loop, chunk_steps, gamma, seed=config.training.seed)
+    trainer.update()  # warm-up: first-call costs are not throughput
+    length = chunk_steps * loop.rollout_chunks
     updates, started = 0, time.monotonic()
     while time.monotonic() - started < seconds:
-        trainer.ppo.update(trainer.collect())
+        trainer.update()
         updates += 1
     elapsed = time.monotonic() - started
     return {
         "env_steps_per_s": round(updates * length * games / elapsed, 1),
-        "samples_per_s": round(updates * length * env.num_rows * ppo.epochs / elapsed, 1),
+        "samples_per_s": round(updates * length * env.num_rows * loop.epochs / elapsed, 1),
         "updates": updates,
     }

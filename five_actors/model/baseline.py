@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from five_actors.game.layout import BatchEnv, Step
-from five_actors.model.config import PPOConfig
+from five_actors.model.config import BaselineConfig, PPOConfig
 from five_actors.model.policy import Policy, State
 from five_actors.model.ppo import PPO, Chunks, chunk, gae
 
@@ -48,13 +48,15 @@ class Progress:
 
 
 class SyncTrainer:
-    """Collect a rollout of `chunk_steps * rollout_chunks` steps from every row, update, repeat."""
+    """Collect a rollout of `chunk_steps * loop.rollout_chunks` steps from every row, update, repeat."""
 
     def __init__(
         self,
         env: BatchEnv,
         policy: Policy,
         config: PPOConfig,
+        loop: BaselineConfig,
+        chunk_steps: int,
         gamma: float,
         policy_rows: np.ndarray | None = None,
         opponent: Opponent | None = None,
@@ -62,6 +64,7 @@ class SyncTrainer:
         seed: int = 0,
     ) -> None:
         self.env, self.policy, self.config, self.gamma = env, policy, config, gamma
+        self.loop, self.chunk_steps = loop, chunk_steps
         self.ppo = PPO(policy, config)
         rows = env.num_rows
         self.policy_rows = np.ones(rows, bool) if policy_rows is None else np.asarray(policy_rows, bool)
@@ -91,9 +94,9 @@ class SyncTrainer:
         progress = Progress(0, 0.0, 0, 0, None, None)
         while self.steps < total_steps and (max_seconds is None or progress.wall_s < max_seconds):
             # The baseline's updates stand in for versions; annealing scales the schedule down to 0 at the end.
-            scale = max(0.0, 1.0 - self.steps / total_steps) if self.config.anneal_learning_rate else 1.0
+            scale = max(0.0, 1.0 - self.steps / total_steps) if self.loop.anneal_learning_rate else 1.0
             self.ppo.follow_version(self.ppo.updates, scale)
-            stats = self.ppo.update(self.collect())
+            stats = self.update()
             progress = Progress(
                 self.steps,
                 time.perf_counter() - started,
@@ -109,16 +112,21 @@ class SyncTrainer:
                 break
         return progress
 
+    def update(self) -> dict[str, float]:
+        """Collect one rollout and take the loop's epochs of minibatch steps on it."""
+        return self.ppo.update(self.collect(), self.loop.epochs, self.loop.minibatches)
+
     def collect(self) -> Chunks:
         """Play one rollout and return it as chunks with advantages and value targets."""
         cfg, policy, rows, device = self.config, self.policy, self.policy_rows, self.policy.device
-        length = cfg.chunk_steps * cfg.rollout_chunks
+        n = self.chunk_steps
+        length = n * self.loop.rollout_chunks
         record: dict[str, list[Tensor]] = {k: [] for k in ("actions", "logp", "values", "rewards", "dones", "starts")}
         observed: list[np.ndarray] = []
         masks: dict[str, list[np.ndarray]] = {k: [] for k in self._masks}
         states: list[State] = []
         for t in range(length):
-            if t % cfg.chunk_steps == 0:
+            if t % n == 0:
                 states.append(self._state)
             obs, step_masks = self._obs[rows], {k: v[rows] for k, v in self._masks.items()}
             out = policy.act(obs, step_masks, self._state)
@@ -147,7 +155,6 @@ class SyncTrainer:
         advantages, returns = gae(
             rollout["rewards"], rollout["values"], rollout["dones"], last_value, self.gamma, cfg.gae_lambda
         )
-        n = cfg.chunk_steps
 
         def as_chunks(arrays: list[np.ndarray]) -> torch.Tensor:
             return chunk(torch.as_tensor(np.stack(arrays), device=device), n)

@@ -1,4 +1,4 @@
-"""The `[model]` and `[ppo]` config sections."""
+"""The `[model]`, `[ppo]` and `[baseline]` config sections."""
 
 from __future__ import annotations
 
@@ -47,8 +47,6 @@ class PPOConfig:
     learning_rate: Schedule = 2.5e-4
     """Adam step size, a schedule over parameter versions (OpenAI Five used 5e-5 and lower, with
     batches thousands of times ours)."""
-    anneal_learning_rate: bool = True
-    """Decay the learning rate linearly to zero over a run of known length (the baseline)."""
     adam_beta1: float = 0.9
     """Adam's first-moment decay."""
     adam_beta2: float = 0.999
@@ -69,14 +67,6 @@ class PPOConfig:
     """Each parameter tensor's gradient is clipped to this L2 norm on its own."""
     normalize_advantages: bool = True
     """Normalise advantages to mean 0, std 1 per minibatch."""
-    chunk_steps: int = 16
-    """Steps per chunk: the truncated-backprop length, from the chunk's stored LSTM state."""
-    rollout_chunks: int = 8
-    """Chunks each row collects before an update (the baseline's rollout is chunk_steps * this)."""
-    epochs: int = 4
-    """Passes over each batch of chunks."""
-    minibatches: int = 4
-    """Minibatches per epoch (the chunks of a batch are split this many ways)."""
 
     def __post_init__(self) -> None:
         check_schedule("learning_rate", self.learning_rate, 0.0, 1.0)
@@ -92,9 +82,6 @@ class PPOConfig:
                 )
         if self.value_loss_weight < 0:
             raise ValueError(f"value_loss_weight must not be negative, got {self.value_loss_weight}")
-        for name in ("chunk_steps", "rollout_chunks", "epochs", "minibatches"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 
     def gamma(self, seconds_per_step: float) -> float:
         """The discount for an env whose steps last `seconds_per_step`: 1 - T/H, as in the paper."""
@@ -103,3 +90,24 @@ class PPOConfig:
                 f"seconds_per_step must be in (0, horizon_seconds={self.horizon_seconds}), got {seconds_per_step}"
             )
         return 1.0 - seconds_per_step / self.horizon_seconds
+
+
+@dataclass(frozen=True)
+class BaselineConfig:
+    """The `[baseline]` section: the synchronous baseline's loop (five_actors.model.baseline; `bench learn`,
+    `bench system`). `up` does not read it: the actor system's learners step on `training.minibatch_chunks`
+    chunks until `training.max_sample_reuse`. Both cut rollouts into `training.rollout_chunk_steps` steps."""
+
+    rollout_chunks: int = 8
+    """Chunks each row collects before an update (a rollout is rollout_chunk_steps * this steps)."""
+    epochs: int = 4
+    """Passes over each rollout's chunks."""
+    minibatches: int = 4
+    """Minibatches per epoch (the chunks of a rollout are split this many ways)."""
+    anneal_learning_rate: bool = True
+    """Decay the learning rate linearly to zero over a run of known length."""
+
+    def __post_init__(self) -> None:
+        for name in ("rollout_chunks", "epochs", "minibatches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")

@@ -133,14 +133,14 @@ class PPO:
         """Clipped surrogate + value weight * value error - entropy coefficient * entropy."""
         return terms["policy"] + self.config.value_loss_weight * terms["value"] - self.entropy_coef * terms["entropy"]
 
-    def update(self, batch: Chunks) -> dict[str, float]:
-        """`epochs` passes of minibatch steps over `batch`; returns the mean of each statistic."""
+    def update(self, batch: Chunks, epochs: int, minibatches: int) -> dict[str, float]:
+        """`epochs` passes of `minibatches` steps each over `batch`; returns the mean of each statistic."""
         self._check_batch(batch)
         self.policy.value_norm.update(batch.returns)
-        per_minibatch = max(1, batch.count // self.config.minibatches)
+        per_minibatch = max(1, batch.count // minibatches)
         totals: dict[str, float] = {}
         steps = 0
-        for _ in range(self.config.epochs):
+        for _ in range(epochs):
             order = torch.randperm(batch.count, device=batch.obs.device)
             for first in range(0, batch.count, per_minibatch):
                 stats = self.step(batch.select(order[first : first + per_minibatch]))

@@ -45,9 +45,9 @@ def test_learn_on_the_lane_game_plays_the_scripted_bot(capsys: pytest.CaptureFix
         "--num-envs",
         "1",
         "--set",
-        "ppo.rollout_chunks=1",
+        "baseline.rollout_chunks=1",
         "--set",
-        "ppo.epochs=1",
+        "baseline.epochs=1",
         "--set",
         "model.lstm_size=16",
     )

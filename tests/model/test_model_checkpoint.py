@@ -17,8 +17,8 @@ from tests.model.test_model_ppo import _batch
 
 @pytest.fixture
 def trained(policy: Policy, spec) -> PPO:
-    ppo = PPO(policy, PPOConfig(epochs=1, minibatches=2))
-    ppo.update(_batch(spec, policy))
+    ppo = PPO(policy, PPOConfig())
+    ppo.update(_batch(spec, policy), epochs=1, minibatches=2)
     return ppo
 
 

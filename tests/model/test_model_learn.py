@@ -4,7 +4,7 @@ import torch
 
 from five_actors.game.gymnasium_env import GymBatchEnv
 from five_actors.model.baseline import Progress, SyncTrainer
-from five_actors.model.config import ModelConfig, PPOConfig
+from five_actors.model.config import BaselineConfig, ModelConfig, PPOConfig
 from five_actors.model.policy import Policy
 from five_actors.model.spec import ModelSpec
 
@@ -15,11 +15,12 @@ def test_a_short_cartpole_run_improves_the_return() -> None:
     env = GymBatchEnv("CartPole-v1", 8, seed=0)
     policy = Policy(ModelSpec.build(env.obs_spec, env.action_spec, ModelConfig(lstm_size=32)))
     config = PPOConfig(learning_rate=1e-3, horizon_seconds=2.0)  # gamma 0.99 at 50 steps/s
-    trainer = SyncTrainer(env, policy, config, config.gamma(env.seconds_per_step))
+    loop = BaselineConfig()
+    trainer = SyncTrainer(env, policy, config, loop, 16, config.gamma(env.seconds_per_step))
     reports: list[Progress] = []
     trainer.train(16_000, reports.append)
     first, last = reports[0], reports[-1]
-    assert last.steps >= 16_000 and last.updates == len(reports) * config.epochs * config.minibatches
+    assert last.steps >= 16_000 and last.updates == len(reports) * loop.epochs * loop.minibatches
     assert first.mean_return is not None and first.mean_return < 40  # random play
     assert last.mean_return is not None and last.mean_return > 120, [r.mean_return for r in reports]
 
@@ -36,7 +37,7 @@ def test_an_episode_cut_by_a_time_limit_is_bootstrapped_from_its_last_observatio
     policy = Policy(spec)
     with torch.no_grad():
         policy.value_head.bias.fill_(10.0)  # a clearly non-zero value everywhere
-    trainer = SyncTrainer(env, policy, PPOConfig(chunk_steps=5, rollout_chunks=1), gamma=0.9)
+    trainer = SyncTrainer(env, policy, PPOConfig(), BaselineConfig(rollout_chunks=1), chunk_steps=5, gamma=0.9)
     chunks = trainer.collect()
     rewards = chunks.rewards.reshape(-1, 2)  # the 5 steps of each copy: the 5th is cut by the time limit
     assert bool(chunks.dones.reshape(-1, 2)[4].all())

@@ -51,7 +51,10 @@ def test_ppo_config_is_validated_by_the_loader(tmp_path) -> None:
         load_config(path)
     path.write_text("[model]\nlstm_size = 4096\ndevice = 'cuda:1'\n")
     config = load_config(path)
-    assert config.model.lstm_size == 4096 and config.ppo.chunk_steps == 16
+    assert config.model.lstm_size == 4096 and config.baseline.epochs == 4
+    path.write_text("[ppo]\nepochs = 2\n")  # the baseline's key, where it used to be: refused, not ignored
+    with pytest.raises(ConfigError, match=r"ppo.epochs: unknown key"):
+        load_config(path)
 
 
 def _batch(spec: ModelSpec, policy: Policy, steps: int = 16, count: int = 6) -> Chunks:
@@ -85,24 +88,24 @@ def _batch(spec: ModelSpec, policy: Policy, steps: int = 16, count: int = 6) -> 
 
 
 def test_an_update_moves_the_policy_and_its_first_ratio_is_one(policy: Policy, spec: ModelSpec) -> None:
-    ppo = PPO(policy, PPOConfig(epochs=1, minibatches=1))
+    ppo = PPO(policy, PPOConfig())
     batch = _batch(spec, policy)
     _, stats = ppo.loss(batch)
     assert stats["approx_kl"] == pytest.approx(0.0, abs=1e-6) and stats["clip_fraction"] == 0.0
     before = [p.detach().clone() for p in policy.parameters()]
-    ppo.update(batch)
+    ppo.update(batch, epochs=1, minibatches=1)
     assert any(not torch.equal(a, b) for a, b in zip(before, policy.parameters()))
     assert policy.norms["enemies"].count > 0 and ppo.updates == 1
 
 
 def test_nan_in_a_loss_term_skips_the_update_and_names_the_term(policy: Policy, spec: ModelSpec) -> None:
-    ppo = PPO(policy, PPOConfig(epochs=1, minibatches=1))
+    ppo = PPO(policy, PPOConfig())
     batch = _batch(spec, policy)
     with torch.no_grad():
         policy.value_head.bias.fill_(float("nan"))
     before = [p.detach().clone() for p in policy.parameters()]
     with pytest.raises(ModelError, match="loss term 'value' is nan: update skipped"):
-        ppo.update(batch)
+        ppo.update(batch, epochs=1, minibatches=1)
     assert all(torch.equal(a, b) or torch.isnan(a).any() for a, b in zip(before, policy.parameters()))
     assert ppo.updates == 0
 
@@ -112,5 +115,5 @@ def test_a_batch_with_nan_rewards_is_refused(policy: Policy, spec: ModelSpec) ->
     batch = _batch(spec, policy)
     batch.advantages[3, 2] = float("inf")
     with pytest.raises(ModelError, match="advantages of the batch hold NaN or inf"):
-        ppo.update(batch)
+        ppo.update(batch, epochs=4, minibatches=4)
     assert ppo.updates == 0

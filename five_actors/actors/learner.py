@@ -38,10 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import queue
-import threading
 import time
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
@@ -51,7 +48,14 @@ import torch.distributed as dist
 
 from five_actors.actors.buffer import ExperienceBuffer, Minibatch, check_rollout, convert_rollout, to_chunks
 from five_actors.actors.config import run_settings
-from five_actors.actors.group import join_group
+from five_actors.actors.group import (
+    TorchThread,
+    average_gradients,
+    broadcast_buffers,
+    broadcast_object,
+    join_group,
+    leave_group,
+)
 from five_actors.actors.messages import GetParams, GetStats, Params, ParamsAvailable, PublishParams, Rollout
 from five_actors.actors.param_server import GetOptimizerState, OptimizerState
 from five_actors.actors.params import (
@@ -81,57 +85,6 @@ STOP_WAIT_S = 5.0
 """How long a stopping learner waits to tell its peers (a dead peer makes that fail)."""
 PARAM_SERVER_WAIT_S = 20.0
 """How long rank 0 keeps retrying the ParamServer at start (it may be restarting too)."""
-
-
-class _TorchThread:
-    """One daemon thread that runs the learner's torch work in order.
-
-    Daemon, unlike asyncio.to_thread's pool: a thread blocked in a collective on a peer that
-    died must not keep the process from exiting. But a daemon thread still inside torch when
-    the interpreter exits is torn down mid-call, and C++ aborts the process ("terminate called
-    without an active exception"): a stopping learner `finish`es the thread first.
-    """
-
-    def __init__(self, name: str) -> None:
-        self._jobs: queue.SimpleQueue[
-            tuple[Callable[[], Any], asyncio.Future[Any], asyncio.AbstractEventLoop] | None
-        ] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
-        self._thread.start()
-
-    async def run(self, fn: Callable[[], T]) -> T:
-        """Run `fn` on the thread; its result or exception comes back here."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        self._jobs.put((fn, future, loop))
-        return await future
-
-    def close(self) -> None:
-        """Let the thread end after the jobs already queued."""
-        self._jobs.put(None)
-
-    async def finish(self, timeout: float) -> bool:
-        """Close, then wait up to `timeout` seconds for the thread to end; False if it is still busy."""
-        self.close()
-        await asyncio.to_thread(self._thread.join, timeout)
-        return not self._thread.is_alive()
-
-    def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            fn, future, loop = job
-            try:
-                result, error = fn(), None
-            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
-                result, error = None, exc
-            try:
-                loop.call_soon_threadsafe(_settle, future, result, error)
-            except RuntimeError:
-                return  # the event loop is closed: nobody is waiting any more
-
-
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if not future.done():
-        future.set_exception(error) if error is not None else future.set_result(result)
 
 
 class LearnerActor(Actor):
@@ -194,7 +147,7 @@ class LearnerActor(Actor):
         self.buffer = ExperienceBuffer(
             self.training.buffer_chunks, self.training.rollout_chunk_steps, self.training.reuse_window_s
         )
-        self.thread = _TorchThread(f"learner-{self.rank}")
+        self.thread = TorchThread(f"learner-{self.rank}")
         if self.world_size == 1:
             await self._prepare(config)
             self.spawn_task(self._train_forever(), "learner:train")
@@ -213,7 +166,7 @@ class LearnerActor(Actor):
             await self.thread.run(self._join_group)
         start = await self._starting_point(config) if self.rank == 0 else None
         if self.world_size > 1:
-            start = await self.thread.run(lambda: _broadcast_object(start, self.device))
+            start = await self.thread.run(lambda: broadcast_object(start, self.device))
         assert start is not None
         spec = ModelSpec.from_dict(start["spec"])
         self.spec, self.arch = spec, spec.hash
@@ -263,7 +216,7 @@ class LearnerActor(Actor):
         announced = self._announced
         start = await self._starting_point(self.config) if self.rank == 0 else None
         if self.world_size > 1:
-            start = await self.thread.run(lambda: _broadcast_object(start, self.device))
+            start = await self.thread.run(lambda: broadcast_object(start, self.device))
         assert start is not None
         spec, old = ModelSpec.from_dict(start["spec"]), self.arch
         if self._announced is announced or (
@@ -369,7 +322,7 @@ class LearnerActor(Actor):
         self._leave_group()
 
     def _leave_group(self) -> None:
-        dist.destroy_process_group()
+        leave_group()
         self._grouped = False
 
     # -- chunks ---------------------------------------------------------------------------
@@ -475,7 +428,8 @@ class LearnerActor(Actor):
         fresh = torch.as_tensor(minibatch.fresh, device=self.device)
         if self.rank == 0 and fresh.any():
             self.policy.value_norm.update(batch.returns[:, fresh])
-        self._broadcast_buffers()
+        if self.world_size > 1:
+            broadcast_buffers(self.policy)
         self.ppo.follow_version(self.version, 0.0 if self.steps < self.hold_until else 1.0)
         self.allreduce_ms = 0.0
         try:
@@ -489,45 +443,19 @@ class LearnerActor(Actor):
         )
         if self.rank == 0 and fresh.any():
             self.policy.update_normalizer(batch.obs[:, fresh])
-        self._broadcast_buffers()
+        if self.world_size > 1:
+            broadcast_buffers(self.policy)
         return stats
 
     def _average_gradients(self, finite: bool) -> bool:
-        """Replace each gradient by its mean over the ranks (PPO.step's hook); False when some rank's loss was not
+        """PPO.step's hook: each gradient becomes its mean over the ranks; False when some rank's loss was not
         finite."""
         if self.world_size == 1:
             return finite
         started = time.perf_counter()
-        grads: list[torch.Tensor] = []
-        for p in self.policy.parameters():
-            if p.requires_grad:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                grads.append(p.grad)
-        flat = torch.cat([g.reshape(-1) for g in grads] + [torch.ones(1, device=self.device) * float(finite)])
-        dist.all_reduce(flat)
+        agreed = average_gradients(self.policy, finite, self.world_size)
         self.allreduce_ms = (time.perf_counter() - started) * 1e3
-        if flat[-1].item() < self.world_size:
-            return False
-        flat /= self.world_size
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset : offset + g.numel()].view_as(g))
-            offset += g.numel()
-        return True
-
-    def _broadcast_buffers(self) -> None:
-        """Give every rank rank 0's normaliser statistics (only rank 0 updates them)."""
-        if self.world_size == 1:
-            return
-        buffers = list(self.policy.buffers(recurse=True))
-        floating = [b for b in buffers if b.is_floating_point()]
-        flat = torch.cat([b.reshape(-1).to(torch.float64) for b in floating])
-        dist.broadcast(flat, src=0)
-        offset = 0
-        for b in floating:
-            b.copy_(flat[offset : offset + b.numel()].view_as(b))
-            offset += b.numel()
+        return agreed
 
     def _counters(self, minibatch: Minibatch, seconds: float) -> dict[str, float]:
         staleness = minibatch.staleness
@@ -603,11 +531,3 @@ class LearnerActor(Actor):
 def _rows(msg: Rollout) -> int:
     """How many chunks a Rollout claims to carry (1 when its versions are malformed)."""
     return msg.versions.shape[0] if isinstance(msg.versions, np.ndarray) and msg.versions.ndim == 1 else 1
-
-
-def _broadcast_object(value: dict[str, Any] | None, device: torch.device) -> dict[str, Any]:
-    """Rank 0's `value` on every rank."""
-    box = [value]
-    dist.broadcast_object_list(box, src=0, device=device if device.type == "cuda" else None)
-    assert box[0] is not None
-    return box[0]

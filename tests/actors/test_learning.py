@@ -334,7 +334,7 @@ async def test_learners_publish_to_the_param_server_and_a_restarted_learner_cont
 
 STOP_WHILE_TRAINING = """
 import asyncio, time, torch
-from five_actors.actors.learner import _TorchThread
+from five_actors.actors.group import TorchThread
 
 def busy() -> None:
     x = torch.randn(300, 300, requires_grad=True)
@@ -343,7 +343,7 @@ def busy() -> None:
         (x @ x).relu().sum().backward()
 
 async def main() -> None:
-    thread = _TorchThread("learner-test")
+    thread = TorchThread("learner-test")
     job = asyncio.ensure_future(thread.run(busy))
     await asyncio.sleep(0.5)  # the job is inside torch now, as a training round is when a learner stops
     job.cancel()

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import random
 import secrets
-import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -27,10 +25,12 @@ import aiohttp
 import structlog
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from five_actors.errors import ActorDown, LinkError, TokenRefused, WireError
+from five_actors.errors import ActorDown, LinkError, WireError
 from five_actors.runtime import wire
 from five_actors.runtime.actor import ActorSystem, Reply, split_address
 from five_actors.runtime.config import NodeConfig
+from five_actors.runtime.handshake import dial, hello_frame, read_hello
+from five_actors.runtime.keeper import Keeper
 from five_actors.runtime.link import Link, bearer_token, close_message, normalise_url, token_matches
 
 log = structlog.get_logger("five_actors.runtime")
@@ -57,8 +57,7 @@ class Transport:
         self._watches: dict[int, tuple[str, str, Callable[[str], None]]] = {}
         self._served_watches: dict[tuple[str, int], Callable[[], None]] = {}
         self._connecting: dict[str, asyncio.Task[Link]] = {}
-        self._keepers: dict[str, asyncio.Task[None]] = {}
-        self._keeper_state: dict[str, dict[str, Any]] = {}
+        self.keeper = Keeper(self.connect, self.links, config, self._spawn)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._session: aiohttp.ClientSession | None = None
         self._closing = False
@@ -139,9 +138,9 @@ class Transport:
         url = self.known.get(node)
         if url is None:
             raise ActorDown(f"node {node!r} is not known to node {self.node_id!r} (no link, no URL)")
-        state = self._keeper_state.get(url)
-        if state is not None and state["state"] == "reconnecting":
-            raise ActorDown(f"node {node!r} is unreachable: its link is down and reconnecting ({state['reason']})")
+        reason = self.keeper.reconnecting(url)
+        if reason is not None:
+            raise ActorDown(f"node {node!r} is unreachable: its link is down and reconnecting ({reason})")
         try:
             return await self.connect(url)
         except (TimeoutError, LinkError, OSError) as exc:
@@ -164,62 +163,15 @@ class Transport:
 
     async def keep(self, url: str) -> Link:
         """Connect to `url` now and reconnect with backoff whenever that link drops."""
-        url = normalise_url(url)
-        link = await self.connect(url)
-        if url not in self._keepers:
-            self._keeper_state[url] = {"state": "up", "reason": "", "since": time.time(), "peer": link.peer}
-            self._keepers[url] = self._spawn(self._keep(url, link))
-        return link
-
-    async def _keep(self, url: str, link: Link) -> None:
-        state = self._keeper_state[url]
-        while not self._closing:
-            current = self.links.get(link.peer)
-            if current is not None and current.is_up:
-                link = current
-                await asyncio.shield(link.closed)
-                continue
-            state.update(
-                state="reconnecting",
-                reason=link.closed.result() if link.closed.done() else "no link",
-                since=time.time(),
-            )
-            delay = self.config.reconnect_min_s
-            while not self._closing:
-                # Full jitter in [delay/2, delay]: peers that lost the same node do not retry in step.
-                await asyncio.sleep(delay * random.uniform(0.5, 1.0))
-                try:
-                    link = await self.connect(url)
-                    break
-                except (TimeoutError, LinkError, OSError) as exc:
-                    state["reason"] = str(exc) or type(exc).__name__
-                    delay = min(delay * 2, self.config.reconnect_max_s)
-            state.update(state="up", reason="", since=time.time(), peer=link.peer)
+        return await self.keeper.keep(normalise_url(url))
 
     async def _open(self, url: str) -> Link:
         if self._session is None:
             self._session = aiohttp.ClientSession()
-        try:
-            ws = await asyncio.wait_for(
-                self._session.ws_connect(
-                    f"{url}/ws",
-                    headers={"Authorization": f"Bearer {self.token}"},
-                    heartbeat=self.config.heartbeat_s,
-                    max_msg_size=self.config.max_message_bytes,
-                    compress=0,
-                    autoping=True,
-                ),
-                self.config.connect_timeout_s,
-            )
-        except aiohttp.WSServerHandshakeError as exc:
-            if exc.status == 401:
-                raise TokenRefused(f"node at {url} refused the cluster token (401)") from None
-            raise LinkError(f"websocket handshake with {url} failed: {exc.status} {exc.message}") from None
-        except aiohttp.ClientError as exc:
-            raise LinkError(f"cannot reach node at {url}: {exc}") from None
+        ws = await dial(self._session, url, self.token, self.config)
         try:
             await ws.send_bytes(self._hello())
-            hello = await self._read_hello(ws)
+            hello = await read_hello(ws, self.node_id, self.config.connect_timeout_s, self.limits)
         except (LinkError, ConnectionError) as exc:
             await ws.close(code=WSCloseCode.PROTOCOL_ERROR, message=close_message(str(exc)))
             raise LinkError(f"handshake with {url} failed: {exc}") from None
@@ -246,7 +198,7 @@ class Transport:
         )
         await ws.prepare(request)
         try:
-            hello = await self._read_hello(ws)
+            hello = await read_hello(ws, self.node_id, self.config.connect_timeout_s, self.limits)
         except LinkError as exc:
             log.warning("link_refused", peer=request.remote, reason=str(exc))
             await ws.close(code=WSCloseCode.PROTOCOL_ERROR, message=close_message(str(exc)))
@@ -259,37 +211,7 @@ class Transport:
 
     def _hello(self) -> bytes:
         known = {node: url for node, url in self.known.items() if node != self.node_id}
-        body = {
-            "node": self.node_id,
-            "url": self.url,
-            "known": known,
-            "incarnation": self.incarnation,
-            "max_message_bytes": self.config.max_message_bytes,
-        }
-        return wire.encode("hello", body=body)
-
-    async def _read_hello(self, ws: Any) -> dict[str, Any]:
-        try:
-            msg = await ws.receive(timeout=self.config.connect_timeout_s)
-        except TimeoutError:
-            raise LinkError(f"no hello within {self.config.connect_timeout_s:g}s") from None
-        if msg.type != WSMsgType.BINARY:
-            raise LinkError(f"expected a binary hello frame, got {msg.type.name}")
-        try:
-            env = wire.decode(msg.data, self.limits)
-        except WireError as exc:
-            raise LinkError(f"bad hello frame: {exc}") from None
-        body = env.body
-        if env.kind != "hello" or not isinstance(body, dict):
-            raise LinkError(f"expected a hello frame first, got {env.kind!r}")
-        node, url, known = body.get("node"), body.get("url"), body.get("known", {})
-        if not isinstance(node, str) or not node or "/" in node:
-            raise LinkError(f"hello must name the peer's node id (a non-empty string without '/'), got {node!r}")
-        if node == self.node_id:
-            raise LinkError(f"peer claims this node's own id {node!r}")
-        if not isinstance(url, str) or not isinstance(known, dict):
-            raise LinkError("hello 'url' must be a string and 'known' a map of node id to URL")
-        return body
+        return hello_frame(self.node_id, self.url, known, self.incarnation, self.config.max_message_bytes)
 
     def _add_link(self, ws: Any, hello: dict[str, Any], outbound: bool) -> Link:
         peer: str = hello["node"]
@@ -551,22 +473,7 @@ class Transport:
     def link_info(self) -> list[dict[str, Any]]:
         """Every link (and every kept link that is reconnecting), for /actors."""
         rows = [link.info() for link in self.links.values()]
-        up_urls = {link.url for link in self.links.values()}
-        for url, state in self._keeper_state.items():
-            if state["state"] != "up" and url not in up_urls:
-                rows.append(
-                    {
-                        "peer": state["peer"],
-                        "url": url,
-                        "state": state["state"],
-                        "direction": "outbound",
-                        "since": state["since"],
-                        "frames_in": 0,
-                        "frames_out": 0,
-                        "reason": state["reason"],
-                    }
-                )
-        return rows
+        return rows + self.keeper.down_rows({link.url for link in self.links.values()})
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -577,8 +484,7 @@ class Transport:
     async def close(self) -> None:
         """Close every link (peers see "node stopping") and stop reconnecting."""
         self._closing = True
-        for task in self._keepers.values():
-            task.cancel()
+        self.keeper.close()
         for link in list(self.links.values()):
             self._link_lost(link, "node stopping")
             if not link.ws.closed:

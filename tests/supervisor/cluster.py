@@ -20,16 +20,18 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class Proc:
-    """A `python -m five_actors ...` process whose stdout and stderr go to files in `where`."""
+    """A `python -m five_actors ...` process whose stdout and stderr go to files in `where`.
 
-    def __init__(self, args: list[str], where: Path, name: str) -> None:
+    `prefix` runs it through another command (`ip netns exec NS`)."""
+
+    def __init__(self, args: list[str], where: Path, name: str, prefix: list[str] | None = None) -> None:
         self.out_path = where / f"{name}.out"
         self.err_path = where / f"{name}.err"
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             # A test process killed mid-test (a timeout) takes its `up` tree with it.
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "five_actors", *args],
+                [*(prefix or []), sys.executable, "-m", "five_actors", *args],
                 cwd=REPO,
                 stdout=out,
                 stderr=err,

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.supervisor.cluster import REPO, Proc, actor, get, log_events, wait_until
+from tests.supervisor.cluster import REMOTE, REPO, Proc, actor, get, log_events, wait_until
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -186,29 +186,6 @@ def test_sigterm_stops_cleanly_logs_replay_and_resume_continues(run: Run, tmp_pa
         assert again.proc.terminate(timeout=120) == 0, again.proc.err
     finally:
         again.proc.kill()
-
-
-REMOTE = """
-[[tree.children]]
-id = "remote"
-kind = "supervisor"
-max_restarts = 100
-max_seconds = 60.0
-backoff = 0.5
-
-[[tree.children.children]]
-id = "worker"
-kind = "host"
-start_timeout = 3600.0
-
-[[tree.children.children.children]]
-id = "game-1"
-kind = "actor"
-actor = "five_actors.actors.game:GameActor"
-args.inference = "head.root.inference/root/inference"
-args.learners = ["head.root.learners.learner-0/root/learners/learner-0"]
-args.params = "head/root/params"
-"""
 
 
 def test_a_joined_host_plays_games_and_its_loss_is_reported_while_training_goes_on(tmp_path: Path) -> None:

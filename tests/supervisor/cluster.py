@@ -18,6 +18,29 @@ from five_actors.supervisor.processes import stop_with_parent
 
 REPO = Path(__file__).resolve().parents[2]
 
+REMOTE = """
+[[tree.children]]
+id = "remote"
+kind = "supervisor"
+max_restarts = 100
+max_seconds = 60.0
+backoff = 0.5
+
+[[tree.children.children]]
+id = "worker"
+kind = "host"
+start_timeout = 3600.0
+
+[[tree.children.children.children]]
+id = "game-1"
+kind = "actor"
+actor = "five_actors.actors.game:GameActor"
+args.inference = "head.root.inference/root/inference"
+args.learners = ["head.root.learners.learner-0/root/learners/learner-0"]
+args.params = "head/root/params"
+"""
+"""conf/smoke.toml's tree plus this: a GameActor on a joined host named `worker`, training the head's learner."""
+
 
 class Proc:
     """A `python -m five_actors ...` process whose stdout and stderr go to files in `where`.

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from five_actors.actors.group import route_interface
-from tests.supervisor.cluster import REPO, Proc, actor, get, log_events, wait_until
+from tests.supervisor.cluster import REMOTE, REPO, Proc, actor, get, log_events, wait_until
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -125,62 +125,8 @@ def _join(hosts: Hosts, url: str, run_dir: Path, where: Path) -> Proc:
     return hosts.worker(args, where, "worker")
 
 
-GAMES_ON_THE_WORKER = """
-[[tree.children]]
-id = "params"
-kind = "actor"
-actor = "five_actors.actors.param_server:ParamServerActor"
-
-[[tree.children]]
-id = "learners"
-kind = "supervisor"
-strategy = "one_for_all"
-
-[[tree.children.children]]
-id = "learner"
-kind = "process"
-actor = "five_actors.actors.learner:LearnerActor"
-args = { rank = 0, world_size = 1, params = "/root/params" }
-start_timeout = 120.0
-
-[[tree.children]]
-id = "inference"
-kind = "process"
-actor = "five_actors.actors.inference:InferenceActor"
-args = { params = "/root/params" }
-start_timeout = 120.0
-
-[[tree.children]]
-id = "game-0"
-kind = "process"
-actor = "five_actors.actors.game:GameActor"
-args = { inference = "/root/inference", learners = "/root/learners/*", params = "/root/params" }
-start_timeout = 120.0
-
-[[tree.children]]
-id = "remote"
-kind = "supervisor"
-max_restarts = 100
-max_seconds = 60.0
-backoff = 0.5
-
-[[tree.children.children]]
-id = "worker"
-kind = "host"
-start_timeout = 3600.0
-
-[[tree.children.children.children]]
-id = "game-1"
-kind = "actor"
-actor = "five_actors.actors.game:GameActor"
-args.inference = "head.root.inference/root/inference"
-args.learners = ["head.root.learners.learner/root/learners/learner"]
-args.params = "head/root/params"
-"""
-
-
 def test_a_worker_cut_off_is_reported_and_taken_back_while_the_head_trains_on(hosts: Hosts, tmp_path: Path) -> None:
-    head, url, run_dir = _up(SETTINGS + GAMES_ON_THE_WORKER, hosts, tmp_path, "--set", "node.heartbeat_s=10")
+    head, url, run_dir = _up(SMOKE + REMOTE, hosts, tmp_path, "--set", "node.heartbeat_s=10")
     worker = None
     game = "/root/remote/worker/game-1"
     try:

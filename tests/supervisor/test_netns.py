@@ -18,12 +18,12 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from five_actors.actors.group import route_interface
 from tests.supervisor.cluster import REMOTE, REPO, Proc, actor, get, log_events, wait_until
+from tests.surgery.test_live import metric
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -100,13 +100,8 @@ def test_each_rank_finds_the_interface_its_route_to_the_rendezvous_leaves_by(hos
     assert route_interface("127.0.0.1", 29500) == "lo"
 
 
-def _metric(url: str, path: str, name: str) -> Any:
-    entry = next((a for a in get(f"{url}/actors")[1]["actors"] if a["path"] == path), None)
-    return None if entry is None else (entry.get("status") or {}).get("metrics", {}).get(name)
-
-
 def _version(url: str) -> int:
-    return int(_metric(url, "/root/params", "version") or 0)
+    return int(metric(url, "/root/params", "version") or 0)
 
 
 def _up(config_text: str, hosts: Hosts, where: Path, *extra: str) -> tuple[Proc, str, Path]:
@@ -132,7 +127,7 @@ def test_a_worker_cut_off_is_reported_and_taken_back_while_the_head_trains_on(ho
     try:
         wait_until(lambda: (run_dir / "token").is_file(), what="the token file")
         worker = _join(hosts, url, run_dir, tmp_path)
-        wait_until(lambda: (_metric(url, game, "game_chunks_sent") or 0) > 0, START, "the worker's games shipping")
+        wait_until(lambda: (metric(url, game, "game_chunks_sent") or 0) > 0, START, "the worker's games shipping")
         wait_until(lambda: get(f"{url}/health")[0] == 200, START, "/health 200 with the worker")
         view = get(f"{url}/actors")[1]
         assert actor(view, game)["node"] == "worker"
@@ -156,8 +151,8 @@ def test_a_worker_cut_off_is_reported_and_taken_back_while_the_head_trains_on(ho
         wait_until(lambda: get(f"{url}/health")[0] == 200, START, "/health 200 once the link is back")
         row = actor(get(f"{url}/actors")[1], "/root/remote/worker")
         assert row["restarts"] >= 1 and row["node"] == "worker"
-        sent = _metric(url, game, "game_chunks_sent") or 0
-        wait_until(lambda: (_metric(url, game, "game_chunks_sent") or 0) > sent, START, "the worker shipping again")
+        sent = metric(url, game, "game_chunks_sent") or 0
+        wait_until(lambda: (metric(url, game, "game_chunks_sent") or 0) > sent, START, "the worker shipping again")
         assert worker.proc.poll() is None, "the same worker process came back"
         assert head.terminate(timeout=120) == 0, head.err
     finally:
@@ -224,13 +219,13 @@ def test_learners_on_both_hosts_train_as_one_gloo_group(hosts: Hosts, tmp_path: 
         wait_until(lambda: (run_dir / "token").is_file(), what="the token file")
         worker = _join(hosts, url, run_dir, tmp_path)
         wait_until(lambda: _version(url) >= 3, START, "versions published by the two-host group")
-        steps = [_metric(url, rank, "steps") or 0 for rank in ranks]
+        steps = [metric(url, rank, "steps") or 0 for rank in ranks]
         wait_until(
-            lambda: all((_metric(url, r, "steps") or 0) > s for r, s in zip(ranks, steps, strict=True)),
+            lambda: all((metric(url, r, "steps") or 0) > s for r, s in zip(ranks, steps, strict=True)),
             START,
             "both ranks stepping",
         )
-        assert abs((_metric(url, ranks[0], "steps") or 0) - (_metric(url, ranks[1], "steps") or 0)) <= 2, (
+        assert abs((metric(url, ranks[0], "steps") or 0) - (metric(url, ranks[1], "steps") or 0)) <= 2, (
             "one allreduced step per round on both ranks"
         )
         started = log_events(run_dir, "learner_started") + log_events(tmp_path / "worker-run", "learner_started")

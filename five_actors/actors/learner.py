@@ -6,20 +6,11 @@ or `training.rendezvous_host/port`; a world of 1 needs no group. At start rank 0
 ParamServer's latest parameters (and Adam's moments when they were checkpointed) and
 broadcasts them, so every rank, and a restarted group, continues from the same point.
 
-Each round, on a thread of its own so Rollouts keep arriving:
-1. every rank says whether it is ready (enough chunks, sample reuse under `max_sample_reuse`),
-   whether it is stopping and whether it heard of a new architecture; one allreduce of those
-   flags decides for all, so all ranks take the same number of steps, switch architecture in the
-   same round, and leave the group together when one stops;
-2. rank 0 folds the minibatch's fresh chunks into the value normaliser and broadcasts it;
-3. loss from five_actors.model.ppo; backward; gradients summed by one allreduce over a flat
-   buffer (plus a flag per rank whose loss was finite) and divided by N; PPO's per-parameter
-   clipping; Adam;
-4. rank 0 folds the fresh observations into the observation normaliser and broadcasts it;
-   the learning rate and entropy coefficient follow their schedules over versions (ppo.*), the
-   rate held at 0 for `surgery_lr_hold_steps` after an architecture switch;
-5. every `publish_every` steps the version advances; rank 0 sends PublishParams (and, every
-   `checkpoint_every` versions, OptimizerState) to the ParamServer.
+It trains in rounds on a thread of its own, so Rollouts keep arriving: the torch side, one rank's
+share of the lockstep PPO group, is five_actors.actors.trainer.GroupTrainer. This actor admits
+chunks into the ExperienceBuffer, starts the group from the ParamServer, switches architecture and
+publishes every `publish_every` steps (PublishParams, and every `checkpoint_every` versions
+OptimizerState; rank 0 only).
 
 A live surgery (ParamsAvailable of a new architecture): the round after any rank heard of it,
 the group switches instead of training: rank 0 fetches the operated parameters and moments from
@@ -39,45 +30,27 @@ import asyncio
 import contextlib
 import os
 import time
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import structlog
 import torch
-import torch.distributed as dist
 
-from five_actors.actors.buffer import ExperienceBuffer, Minibatch, check_rollout, convert_rollout, to_chunks
+from five_actors.actors.buffer import ExperienceBuffer, check_rollout, convert_rollout
 from five_actors.actors.config import run_settings
-from five_actors.actors.group import (
-    TorchThread,
-    average_gradients,
-    broadcast_buffers,
-    broadcast_object,
-    join_group,
-    leave_group,
-)
+from five_actors.actors.group import TorchThread, broadcast_object
 from five_actors.actors.messages import GetParams, GetStats, Params, ParamsAvailable, PublishParams, Rollout
 from five_actors.actors.param_server import GetOptimizerState, OptimizerState
-from five_actors.actors.params import (
-    initial_policy,
-    load_optimizer,
-    load_state,
-    model_spec,
-    optimizer_arrays,
-    state_arrays,
-)
+from five_actors.actors.params import initial_policy, model_spec, state_arrays
 from five_actors.actors.subscription import keep_subscribed
+from five_actors.actors.trainer import GroupTrainer, Publish
 from five_actors.config import Config
-from five_actors.errors import FiveActorsError, ModelError, TrainingError
-from five_actors.model.policy import Policy
-from five_actors.model.ppo import PPO
+from five_actors.errors import FiveActorsError, TrainingError
 from five_actors.model.spec import ModelSpec
 from five_actors.runtime.actor import Actor
 from five_actors.supervisor.processes import DEVICE_ENV
 
 log = structlog.get_logger("five_actors.learner")
-
-T = TypeVar("T")
 
 IDLE_WAIT_S = 0.02
 """Pause between rounds in which no rank was ready."""
@@ -108,29 +81,15 @@ class LearnerActor(Actor):
         self._master = (master_addr, master_port)
         self._device_arg = device
         self._config_arg, self._run_dir_arg = config, run_dir
-        self.version = 0
-        self.steps = 0
-        self.base_steps = 0
-        self.skipped = 0
-        self.busy_s = 0.0
-        """Seconds spent in optimizer steps (allreduce included)."""
-        self.allreduce_s = 0.0
-        """Seconds spent averaging gradients across the ranks."""
-        self.allreduce_ms = 0.0
-        """Milliseconds the latest step's allreduce took."""
-        self.last: dict[str, float] = {}
         self.spec: ModelSpec | None = None
         """None until the group has formed and the policy is built."""
         self.arch = ""
         self._pending: list[Rollout] = []
         """Rollouts that arrived before the policy (or the announced architecture's) was built, checked once it is."""
-        self._grouped = False
         self._announced: ParamsAvailable | None = None
         """The newest architecture the ParamServer announced that this learner has not switched to."""
         self.previous_spec: ModelSpec | None = None
         """The architecture a live surgery replaced: its chunks are converted, not refused."""
-        self.hold_until = 0
-        """Steps before which the learning rate is held at 0 (after a surgery: training.surgery_lr_hold_steps)."""
 
     # -- start ----------------------------------------------------------------------------
 
@@ -138,15 +97,15 @@ class LearnerActor(Actor):
         config, _ = run_settings(self, self._config_arg, self._run_dir_arg)
         self.config, self.training = config, config.training
         self.log = log.bind(actor=self.ref.path, rank=self.rank)
-        self.device = torch.device(self._device_arg or os.environ.get(DEVICE_ENV) or config.model.device)
-        if self.device.type == "cpu" and self.training.learner_torch_threads:
+        device = torch.device(self._device_arg or os.environ.get(DEVICE_ENV) or config.model.device)
+        if device.type == "cpu" and self.training.learner_torch_threads:
             # Several learners (and game processes) on the same cores: spinning intra-op threads
             # slow every step and stretch each allreduce to wait for the slowest rank.
             torch.set_num_threads(self.training.learner_torch_threads)
-        self.rng = np.random.default_rng(self.training.seed + 7919 * (self.rank + 1))
         self.buffer = ExperienceBuffer(
             self.training.buffer_chunks, self.training.rollout_chunk_steps, self.training.reuse_window_s
         )
+        self.trainer = GroupTrainer(self.rank, self.world_size, device, config, self.buffer, self.log)
         self.thread = TorchThread(f"learner-{self.rank}")
         if self.world_size == 1:
             await self._prepare(config)
@@ -162,21 +121,19 @@ class LearnerActor(Actor):
 
     async def _prepare(self, config: Config) -> None:
         """Join the group, take the starting point from rank 0, build the policy, check the Rollouts held meanwhile."""
+        trainer = self.trainer
         if self.world_size > 1:
-            await self.thread.run(self._join_group)
-        start = await self._starting_point(config) if self.rank == 0 else None
-        if self.world_size > 1:
-            start = await self.thread.run(lambda: broadcast_object(start, self.device))
-        assert start is not None
+            host = self._master[0] or self.training.rendezvous_host
+            await self.thread.run(lambda: trainer.join(host, self._master[1] or self.training.rendezvous_port))
+        start = await self._shared_starting_point()
         spec = ModelSpec.from_dict(start["spec"])
+        await self.thread.run(lambda: trainer.load(spec, start))
         self.spec, self.arch = spec, spec.hash
-        self.version, self.base_steps = start["version"], start["learner_steps"]
-        await self.thread.run(lambda: self._build(spec, start))
         self.log.info(
             "learner_started",
-            version=self.version,
+            version=trainer.version,
             world_size=self.world_size,
-            device=str(self.device),
+            device=str(trainer.device),
             arch=self.arch,
             optimizer_restored=bool(start["optimizer"]),
         )
@@ -199,25 +156,20 @@ class LearnerActor(Actor):
             return
         if msg.arch != self.arch:
             self._announced = msg
-        elif msg.version < self.version and self.rank == 0:
+        elif msg.version < self.trainer.version and self.rank == 0:
             self.spawn_task(self._catch_up_server(msg.version), "learner:catch-up")
 
     async def _catch_up_server(self, server_version: int) -> None:
         """Publish the group's parameters and moments to a ParamServer behind it: the games would play its older
         version, too stale for the group to train on, and the group would never publish again."""
-        publish = await self.thread.run(
-            lambda: (self.version, state_arrays(self.policy), optimizer_arrays(self.ppo.optimizer))
-        )
+        publish = await self.thread.run(self.trainer.snapshot)
         self.log.warning("params_behind_learner", server_version=server_version, version=publish[0])
         await self._publish(publish)
 
     async def _switch(self) -> None:
         """Rebuild the policy and Adam from the ParamServer's operated state, on every rank in the same round."""
         announced = self._announced
-        start = await self._starting_point(self.config) if self.rank == 0 else None
-        if self.world_size > 1:
-            start = await self.thread.run(lambda: broadcast_object(start, self.device))
-        assert start is not None
+        start = await self._shared_starting_point()
         spec, old = ModelSpec.from_dict(start["spec"]), self.arch
         if self._announced is announced or (
             self._announced is not None and self._announced.version <= start["version"]
@@ -236,38 +188,30 @@ class LearnerActor(Actor):
                 "learner_arch_adopted",
                 arch_from=old,
                 arch_to=self.arch,
-                version=self.version,
+                version=self.trainer.version,
                 optimizer_restored=bool(start["optimizer"]),
                 chunks_converted=converted,
                 chunks_dropped=dropped,
             )
         await self._release_held()
 
-    def _build(self, spec: ModelSpec, start: dict[str, Any]) -> None:
-        """The policy and its PPO optimizer on this device, from the starting point (on the torch thread: slow)."""
-        self.policy = Policy(spec).to(self.device)
-        self.ppo = PPO(self.policy, self.config.ppo)
-        load_state(self.policy, start["state"])
-        if start["optimizer"]:
-            load_optimizer(self.ppo.optimizer, start["optimizer"])
-
     def _adopt(self, spec: ModelSpec, start: dict[str, Any]) -> tuple[int, int]:
         """Switch to a new architecture on the torch thread, so no round sees old chunks with the new policy.
 
         Returns (chunks converted, unused chunks dropped) of the old architecture's buffer."""
-        self._build(spec, start)
+        self.trainer.load(spec, start, surgery=True)
         old = self.spec
         assert old is not None  # a group switches only from a built policy
         self.spec, self.arch, self.previous_spec = spec, spec.hash, old
-        self.hold_until = self.steps + self.training.surgery_lr_hold_steps
-        self.version, self.base_steps = start["version"], start["learner_steps"] - self.steps
         return self.buffer.convert(old, spec)
 
-    def _join_group(self) -> None:
-        host = self._master[0] or self.training.rendezvous_host
-        port = self._master[1] or self.training.rendezvous_port
-        join_group(host, port, self.rank, self.world_size, self.device, self.training.allreduce_timeout_s)
-        self._grouped = True
+    async def _shared_starting_point(self) -> dict[str, Any]:
+        """Rank 0's starting point, broadcast to every rank."""
+        start = await self._starting_point(self.config) if self.rank == 0 else None
+        if self.world_size > 1:
+            start = await self.thread.run(lambda: broadcast_object(start, self.trainer.device))
+        assert start is not None
+        return start
 
     async def _starting_point(self, config: Config) -> dict[str, Any]:
         """Rank 0: the ParamServer's latest version (with the newest optimizer state it holds), else version 0."""
@@ -306,24 +250,15 @@ class LearnerActor(Actor):
         }
 
     async def on_stop(self) -> None:
-        if self._grouped:
+        if not hasattr(self, "trainer"):
+            return
+        if self.trainer.grouped:
             # Queued behind the round in flight, it meets the peers' next round, which tells them all to stop;
             # a peer that is gone makes it time out rather than hang the stop.
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.thread.run(self._final_round), STOP_WAIT_S)
+                await asyncio.wait_for(self.thread.run(self.trainer.final_round), STOP_WAIT_S)
         if not await self.thread.finish(STOP_WAIT_S):
             self.log.warning("learner_thread_busy_at_stop", waited_s=STOP_WAIT_S)
-
-    def _final_round(self) -> None:
-        if not self._grouped:
-            return
-        flags = torch.zeros(3, device=self.device)  # not ready, not staying: the peers' round stops too
-        dist.all_reduce(flags, op=dist.ReduceOp.MIN)
-        self._leave_group()
-
-    def _leave_group(self) -> None:
-        leave_group()
-        self._grouped = False
 
     # -- chunks ---------------------------------------------------------------------------
 
@@ -364,8 +299,9 @@ class LearnerActor(Actor):
     # -- training -------------------------------------------------------------------------
 
     async def _train_forever(self) -> None:
+        trainer = self.trainer
         while True:
-            result = await self.thread.run(self._round)
+            result = await self.thread.run(lambda: trainer.round(switch=self._announced is not None))
             if result is None:
                 await asyncio.sleep(IDLE_WAIT_S)
                 continue
@@ -375,98 +311,12 @@ class LearnerActor(Actor):
             if result.get("stop"):
                 # A peer is stopping: the group is over; this learner stops too and its supervisor
                 # (one_for_all) restarts the group from the ParamServer's latest parameters.
-                self.log.info("learner_group_stopped", steps=self.steps, version=self.version)
+                self.log.info("learner_group_stopped", steps=trainer.steps, version=trainer.version)
                 self.stop_self()
                 return
-            self.log.info("train_step", **result["stats"])
+            self.log.info("train_step", **result["stats"], **self._buffer_stats())
             if "publish" in result:
                 await self._publish(result["publish"])
-
-    def _round(self) -> dict[str, Any] | None:
-        """One lockstep round on the torch thread: None when not every rank was ready, or what the group does
-        instead."""
-        t = self.training
-        ready = self.buffer.ready(t.minibatch_chunks, self.version, t.max_staleness, t.max_sample_reuse)
-        switch = self._announced is not None
-        if self.world_size > 1:
-            flags = torch.tensor(
-                [float(ready), 1.0, -float(switch)], device=self.device
-            )  # [ready, staying, -switching]
-            dist.all_reduce(flags, op=dist.ReduceOp.MIN)
-            if flags[1].item() < 1.0:
-                self._leave_group()
-                return {"stop": True}
-            ready, switch = flags[0].item() == 1.0, flags[2].item() < 0.0
-        if switch:
-            return {"switch": True}
-        if not ready:
-            return None
-        minibatch = self.buffer.take(t.minibatch_chunks, self.version, self.rng)
-        started = time.perf_counter()
-        stats = self._step(minibatch)
-        self.steps += 1
-        seconds = time.perf_counter() - started
-        self.busy_s += seconds
-        self.allreduce_s += stats["allreduce_ms"] / 1e3
-        stats.update(self._counters(minibatch, seconds))
-        self.last = stats
-        result: dict[str, Any] = {"stats": stats}
-        if self.steps % t.publish_every == 0:
-            self.version += 1
-            if self.rank == 0:
-                with_optimizer = self.version % t.checkpoint_every == 0
-                result["publish"] = (
-                    self.version,
-                    state_arrays(self.policy),
-                    optimizer_arrays(self.ppo.optimizer) if with_optimizer else None,
-                )
-        return result
-
-    def _step(self, minibatch: Minibatch) -> dict[str, float]:
-        """Normaliser updates, loss, averaged gradients, clipping, Adam: one optimizer step."""
-        batch = to_chunks(minibatch.chunks, self.device)
-        fresh = torch.as_tensor(minibatch.fresh, device=self.device)
-        if self.rank == 0 and fresh.any():
-            self.policy.value_norm.update(batch.returns[:, fresh])
-        if self.world_size > 1:
-            broadcast_buffers(self.policy)
-        self.ppo.follow_version(self.version, 0.0 if self.steps < self.hold_until else 1.0)
-        self.allreduce_ms = 0.0
-        try:
-            stats = self.ppo.step(batch, self._average_gradients)
-        except ModelError as exc:
-            self.skipped += 1
-            self.log.warning("update_skipped", reason=str(exc), step=self.steps + 1)
-            stats = {}
-        stats.update(
-            learning_rate=self.ppo.learning_rate, entropy_coef=self.ppo.entropy_coef, allreduce_ms=self.allreduce_ms
-        )
-        if self.rank == 0 and fresh.any():
-            self.policy.update_normalizer(batch.obs[:, fresh])
-        if self.world_size > 1:
-            broadcast_buffers(self.policy)
-        return stats
-
-    def _average_gradients(self, finite: bool) -> bool:
-        """PPO.step's hook: each gradient becomes its mean over the ranks; False when some rank's loss was not
-        finite."""
-        if self.world_size == 1:
-            return finite
-        started = time.perf_counter()
-        agreed = average_gradients(self.policy, finite, self.world_size)
-        self.allreduce_ms = (time.perf_counter() - started) * 1e3
-        return agreed
-
-    def _counters(self, minibatch: Minibatch, seconds: float) -> dict[str, float]:
-        staleness = minibatch.staleness
-        return {
-            "step": self.base_steps + self.steps,
-            "version": self.version,
-            "staleness_mean": float(np.mean(staleness)),
-            "staleness_max": float(np.max(staleness)),
-            "step_ms": round(seconds * 1e3, 3),
-            **self._buffer_stats(),
-        }
 
     def _buffer_stats(self) -> dict[str, Any]:
         """The experience buffer's reuse, throughput and chunk accounting."""
@@ -479,10 +329,9 @@ class LearnerActor(Actor):
             "samples_per_s": round(self.buffer.consumed_per_s(), 1),
             "buffer_chunks": len(self.buffer),
             **accounting,
-            "skipped_updates": self.skipped,
         }
 
-    async def _publish(self, publish: tuple[int, dict[str, np.ndarray], dict[str, np.ndarray] | None]) -> None:
+    async def _publish(self, publish: Publish) -> None:
         if not self.param_server:
             return
         version, state, optimizer = publish
@@ -492,7 +341,9 @@ class LearnerActor(Actor):
             if optimizer is not None:
                 await server.tell(OptimizerState(version, self.arch, optimizer), sender=self.ref)
             await server.tell(
-                PublishParams(version, self.arch, self.spec.to_dict(), state, self.base_steps + self.steps),
+                PublishParams(
+                    version, self.arch, self.spec.to_dict(), state, self.trainer.base_steps + self.trainer.steps
+                ),
                 sender=self.ref,
             )
         except FiveActorsError as exc:
@@ -503,19 +354,9 @@ class LearnerActor(Actor):
 
     def stats(self) -> dict[str, Any]:
         """The latest step's losses and counters, plus the buffer's current reuse and throughput."""
-        if not hasattr(self, "buffer"):
+        if not hasattr(self, "trainer"):
             return {"rank": self.rank, "steps": 0}
-        return {
-            **self.last,
-            "rank": self.rank,
-            "steps": self.steps,
-            "version": self.version,
-            **self._buffer_stats(),
-            "arch": self.arch,
-            "step_ms_mean": round(1e3 * self.busy_s / max(self.steps, 1), 3),
-            "allreduce_ms_mean": round(1e3 * self.allreduce_s / max(self.steps, 1), 3),
-            "allreduce_share": round(self.allreduce_s / self.busy_s, 4) if self.busy_s else 0.0,
-        }
+        return {**self.trainer.stats(), **self._buffer_stats(), "arch": self.arch}
 
     async def on_get_stats(self, _msg: GetStats) -> dict[str, Any]:
         return self.stats()

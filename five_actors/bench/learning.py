@@ -111,14 +111,15 @@ async def run_worker(job: dict[str, Any]) -> None:
     started = time.perf_counter()
     deadline = started + job.get("seconds", 60.0)
     first_step = None
-    while learner.steps < job.get("steps", 1 << 60) and time.perf_counter() < deadline and system.is_alive("/learner"):
-        if first_step is None and learner.steps > 0:
+    trainer = learner.trainer
+    while trainer.steps < job.get("steps", 1 << 60) and time.perf_counter() < deadline and system.is_alive("/learner"):
+        if first_step is None and trainer.steps > 0:
             # The clock starts at the first step, when every rank has joined: start-up skew is not throughput.
-            first_step = (time.perf_counter(), learner.steps)
+            first_step = (time.perf_counter(), trainer.steps)
             deadline = first_step[0] + job.get("seconds", 60.0)
         await asyncio.sleep(0.01)
     first_step = first_step or (started, 0)
-    elapsed, steps_timed = time.perf_counter() - first_step[0], learner.steps - first_step[1]
+    elapsed, steps_timed = time.perf_counter() - first_step[0], trainer.steps - first_step[1]
     alive = system.is_alive("/learner")
     await system.stop(ref, timeout=10.0)  # its last round has run: nothing changes the model any more
     result = _snapshot(learner)
@@ -133,10 +134,9 @@ async def run_worker(job: dict[str, Any]) -> None:
 
 
 def _snapshot(learner: Any) -> dict[str, Any]:
-    grads = {
-        n: p.grad.detach().cpu().numpy().copy() for n, p in learner.policy.named_parameters() if p.grad is not None
-    }
-    return {"state": state_arrays(learner.policy), "grads": grads, "stats": learner.stats()}
+    policy = learner.trainer.policy
+    grads = {n: p.grad.detach().cpu().numpy().copy() for n, p in policy.named_parameters() if p.grad is not None}
+    return {"state": state_arrays(policy), "grads": grads, "stats": learner.stats()}
 
 
 def _bad_rollout(spec: ModelSpec, config: Config, kind: str) -> Rollout:

@@ -24,9 +24,9 @@ async def test_a_bogus_architecture_announcement_is_dropped_after_one_check_and_
     learner, ref = await start_learner(system, config, params="test/params")
     await ref.tell(ParamsAvailable(10**12, "bogus", {}))
     await ref.tell(synthetic_rollout(learner.spec, 16, 4, 0, seed=1))
-    await wait_for(lambda: learner.steps >= 2)
+    await wait_for(lambda: learner.trainer.steps >= 2)
     await asyncio.sleep(0.5)
-    await ref.tell(synthetic_rollout(learner.spec, 16, 4, learner.version, seed=2))
-    await wait_for(lambda: learner.steps >= 4)  # the old code switched "architecture" every round instead
+    await ref.tell(synthetic_rollout(learner.spec, 16, 4, learner.trainer.version, seed=2))
+    await wait_for(lambda: learner.trainer.steps >= 4)  # the old code switched "architecture" every round instead
     stats = await ref.ask(GetStats())
     assert stats["arch"] == server.arch and stats["chunks_trained"] >= 8

@@ -279,7 +279,7 @@ async def test_learner_reports_staleness_and_reuse_and_waits_for_fresh_chunks(sy
     config = tiny_config(minibatch_chunks=4, buffer_chunks=16, max_sample_reuse=2.0, publish_every=1, max_staleness=8)
     learner, ref = await start_learner(system, config)
     await ref.tell(synthetic_rollout(learner.spec, 16, 4, 0, seed=1))
-    await wait_for(lambda: learner.steps == 2)
+    await wait_for(lambda: learner.trainer.steps == 2)
     await asyncio.sleep(0.2)
     stats = await ref.ask(GetStats())
     assert stats["steps"] == 2  # reuse would pass 2.0 with a third step: the learner waits
@@ -288,14 +288,14 @@ async def test_learner_reports_staleness_and_reuse_and_waits_for_fresh_chunks(sy
     assert stats["version"] == 2 and stats["chunks_received"] == 4
     assert set(stats) >= {"policy_loss", "value_loss", "entropy", "samples_per_s", "allreduce_ms"}
     await ref.tell(synthetic_rollout(learner.spec, 16, 4, 2, seed=2))  # fresh chunks: training resumes
-    await wait_for(lambda: learner.steps > 2)
+    await wait_for(lambda: learner.trainer.steps > 2)
 
 
 async def test_too_stale_chunks_are_dropped_and_counted(system: ActorSystem) -> None:
     config = tiny_config(minibatch_chunks=4, buffer_chunks=16, max_sample_reuse=4.0, publish_every=1, max_staleness=0)
     learner, ref = await start_learner(system, config)
     await ref.tell(synthetic_rollout(learner.spec, 16, 12, 0, seed=1))
-    await wait_for(lambda: learner.steps == 1)
+    await wait_for(lambda: learner.trainer.steps == 1)
     await asyncio.sleep(0.2)
     stats = await ref.ask(GetStats())
     assert stats["steps"] == 1 and stats["chunks_dropped_stale"] == 8 and stats["buffer_chunks"] == 0
@@ -323,13 +323,14 @@ async def test_learners_publish_to_the_param_server_and_a_restarted_learner_cont
     await ref.tell(synthetic_rollout(learner.spec, 16, 4, 0, seed=5))
     await wait_for(lambda: server.version == 2)
     published = (await server_ref.ask(GetParams())).state
-    assert same_state(published, await learner.thread.run(lambda: state_arrays(learner.policy)))
+    assert same_state(published, await learner.thread.run(lambda: state_arrays(learner.trainer.policy)))
     assert (await server_ref.ask(GetOptimizerState())).version == 2
     await system.stop(ref)
 
     again, _ = await start_learner(system, config, "/learner2", params="test/params")
-    assert again.version == 2 and again.ppo.optimizer.state_dict()["state"]  # Adam's moments came back too
-    assert same_state(await again.thread.run(lambda: state_arrays(again.policy)), published)
+    trainer = again.trainer
+    assert trainer.version == 2 and trainer.ppo.optimizer.state_dict()["state"]  # Adam's moments came back too
+    assert same_state(await again.thread.run(lambda: state_arrays(again.trainer.policy)), published)
 
 
 STOP_WHILE_TRAINING = """

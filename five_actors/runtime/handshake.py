@@ -11,11 +11,25 @@ import asyncio
 from typing import Any
 
 import aiohttp
-from aiohttp import WSMsgType
+import structlog
+from aiohttp import WSMsgType, web
 
 from five_actors.errors import LinkError, TokenRefused, WireError
 from five_actors.runtime import wire
 from five_actors.runtime.config import NodeConfig
+from five_actors.runtime.link import bearer_token, token_matches
+
+log = structlog.get_logger("five_actors.runtime")
+
+
+def unauthorized(request: web.Request, token: str) -> web.Response | None:
+    """GET /ws's token check: None when the request carries the cluster token, else the 401 to answer."""
+    if token_matches(request, token):
+        return None
+    reason = "missing token" if bearer_token(request) is None else "wrong token"
+    log.warning("link_refused", peer=request.remote, reason=reason)
+    message = f"{reason}: /ws needs 'Authorization: Bearer TOKEN' with the cluster token"
+    return web.json_response({"error": "unauthorized", "message": message}, status=401)
 
 
 async def dial(session: aiohttp.ClientSession, url: str, token: str, config: NodeConfig) -> Any:
@@ -75,3 +89,9 @@ async def read_hello(ws: Any, own_node: str, timeout: float, limits: wire.WireLi
     if not isinstance(url, str) or not isinstance(known, dict):
         raise LinkError("hello 'url' must be a string and 'known' a map of node id to URL")
     return body
+
+
+def agreed_max_bytes(hello: dict[str, Any], own: int) -> int:
+    """The largest frame a link carries: the smaller of this node's limit and the one the peer's hello states."""
+    peer = hello.get("max_message_bytes")
+    return min(own, peer) if type(peer) is int and peer > 0 else own

@@ -12,9 +12,12 @@ import time
 from typing import Any
 
 import aiohttp
-from aiohttp import web
+import structlog
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from five_actors.errors import ActorDown
+
+log = structlog.get_logger("five_actors.runtime")
 
 
 def bearer_token(request: web.Request) -> str | None:
@@ -33,6 +36,22 @@ def token_matches(request: web.Request, token: str) -> bool:
 def close_message(reason: str) -> bytes:
     """`reason` cut to fit a close frame (125 bytes, two of them the code) without splitting a character."""
     return reason.encode()[:120].decode("utf-8", "ignore").encode()
+
+
+def read_end(ws: Any, msg: aiohttp.WSMessage, peer: str) -> tuple[str, bool]:
+    """Why a link's reader got `msg` (an error, a close, a lost connection) instead of a frame, and whether the peer
+    said it was going (a GOING_AWAY close)."""
+    if msg.type == WSMsgType.ERROR:
+        error = ws.exception()
+        if isinstance(error, aiohttp.WebSocketError):  # e.g. over max_message_bytes: aiohttp closed the link
+            reason = f"protocol error: {error}"
+            log.warning("frame_rejected", peer=peer, reason=reason)
+            return reason, False
+        return (f"{type(error).__name__}: {error}" if error else "connection error"), False
+    if msg.type != WSMsgType.CLOSE:
+        return "connection lost", ws.close_code == WSCloseCode.GOING_AWAY
+    extra = f": {msg.extra}" if msg.extra else ""
+    return f"closed by peer ({ws.close_code}{extra})", ws.close_code == WSCloseCode.GOING_AWAY
 
 
 class Link:

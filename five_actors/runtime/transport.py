@@ -15,7 +15,6 @@ node with the smaller id wins on both sides, so neither fires a spurious `link_l
 from __future__ import annotations
 
 import asyncio
-import itertools
 import secrets
 import traceback
 from collections.abc import Callable
@@ -29,9 +28,10 @@ from five_actors.errors import ActorDown, LinkError, WireError
 from five_actors.runtime import wire
 from five_actors.runtime.actor import ActorSystem, Reply, split_address
 from five_actors.runtime.config import NodeConfig
-from five_actors.runtime.handshake import dial, hello_frame, read_hello
+from five_actors.runtime.handshake import agreed_max_bytes, dial, hello_frame, read_hello, unauthorized
 from five_actors.runtime.keeper import Keeper
-from five_actors.runtime.link import Link, bearer_token, close_message, normalise_url, token_matches
+from five_actors.runtime.link import Link, close_message, normalise_url, read_end
+from five_actors.runtime.requests import Requests
 
 log = structlog.get_logger("five_actors.runtime")
 
@@ -51,11 +51,7 @@ class Transport:
         self.links: dict[str, Link] = {}
         self.known: dict[str, str] = {}
         """Node id -> listen URL of every node this one has heard of."""
-        self._ids = itertools.count(1)
-        self._pending: dict[int, tuple[str, Reply]] = {}
-        self._pending_ids: dict[Reply, int] = {}
-        self._watches: dict[int, tuple[str, str, Callable[[str], None]]] = {}
-        self._served_watches: dict[tuple[str, int], Callable[[], None]] = {}
+        self.requests = Requests()
         self._connecting: dict[str, asyncio.Task[Link]] = {}
         self.keeper = Keeper(self.connect, self.links, config, self._spawn)
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -75,34 +71,21 @@ class Transport:
         if reply is None:
             await link.send(wire.encode("tell", to=address, sender=sender, body=msg, max_bytes=link.max_bytes))
             return
-        id_ = next(self._ids)
-        frame = wire.encode("ask", to=address, sender=sender, id=id_, body=msg, max_bytes=link.max_bytes)
-        self._pending[id_] = (node, reply)
-        self._pending_ids[reply] = id_
+        id_ = self.requests.ask(node, reply)
         try:
-            await link.send(frame)
-        except ActorDown:
-            self._forget(id_)
+            await link.send(wire.encode("ask", to=address, sender=sender, id=id_, body=msg, max_bytes=link.max_bytes))
+        except BaseException:
+            self.requests.forget(id_)
             raise
 
     def cancel(self, reply: Reply) -> None:
         """The asker stopped waiting: drop its pending entry."""
-        id_ = self._pending_ids.get(reply)
-        if id_ is not None:
-            self._forget(id_)
-
-    def _forget(self, id_: int) -> Reply | None:
-        entry = self._pending.pop(id_, None)
-        if entry is None:
-            return None
-        self._pending_ids.pop(entry[1], None)
-        return entry[1]
+        self.requests.cancel(reply)
 
     def watch(self, address: str, callback: Callable[[str], None]) -> Callable[[], None]:
         """Call `callback(reason)` once when the remote actor exits or its link is lost."""
         node = split_address(address)[0]
-        id_ = next(self._ids)
-        self._watches[id_] = (node, address, callback)
+        id_ = self.requests.watch(node, address, callback)
         frame = wire.encode("watch", to=address, id=id_)
         link = self.links.get(node)
         if link is not None and link.is_up:
@@ -111,7 +94,7 @@ class Transport:
             self._spawn(self._watch_via_new_link(node, id_, frame))
 
         def unwatch() -> None:
-            if self._watches.pop(id_, None) is not None:
+            if self.requests.unwatch(id_):
                 current = self.links.get(node)
                 if current is not None:
                     current.post(wire.encode("unwatch", to=address, id=id_))
@@ -122,14 +105,9 @@ class Transport:
         try:
             link = await self._link_for(node)
         except ActorDown:
-            self._fire_watch(id_, "link_lost")
+            self.requests.fire(id_, "link_lost")
             return
         link.post(frame)
-
-    def _fire_watch(self, id_: int, reason: str) -> None:
-        entry = self._watches.pop(id_, None)
-        if entry is not None:
-            entry[2](reason)
 
     async def _link_for(self, node: str) -> Link:
         link = self.links.get(node)
@@ -183,16 +161,9 @@ class Transport:
 
     async def handle_ws(self, request: web.Request) -> web.StreamResponse:
         """GET /ws: check the token, exchange hellos, then serve the link until it closes."""
-        if not token_matches(request, self.token):
-            reason = "missing token" if bearer_token(request) is None else "wrong token"
-            log.warning("link_refused", peer=request.remote, reason=reason)
-            return web.json_response(
-                {
-                    "error": "unauthorized",
-                    "message": f"{reason}: /ws needs 'Authorization: Bearer TOKEN' with the cluster token",
-                },
-                status=401,
-            )
+        refused = unauthorized(request, self.token)
+        if refused is not None:
+            return refused
         ws = web.WebSocketResponse(
             heartbeat=self.config.heartbeat_s, max_msg_size=self.config.max_message_bytes, compress=False
         )
@@ -216,11 +187,7 @@ class Transport:
     def _add_link(self, ws: Any, hello: dict[str, Any], outbound: bool) -> Link:
         peer: str = hello["node"]
         url = normalise_url(hello["url"]) if hello["url"] else ""
-        peer_max = hello.get("max_message_bytes")
-        max_bytes = min(
-            self.config.max_message_bytes,
-            peer_max if type(peer_max) is int and peer_max > 0 else self.config.max_message_bytes,
-        )
+        max_bytes = agreed_max_bytes(hello, self.config.max_message_bytes)
         link = Link(ws, peer, url, outbound, str(hello.get("incarnation", "")), max_bytes)
         existing = self.links.get(peer)
         if existing is not None and existing.is_up and existing.incarnation != link.incarnation:
@@ -291,25 +258,8 @@ class Transport:
                     self._reject(
                         link, WireError("text frames are not accepted: links carry binary msgpack frames"), None
                     )
-                elif msg.type == WSMsgType.ERROR:
-                    error = ws.exception()
-                    if isinstance(
-                        error, aiohttp.WebSocketError
-                    ):  # e.g. over max_message_bytes: aiohttp closed the link
-                        reason = f"protocol error: {error}"
-                        log.warning("frame_rejected", peer=link.peer, reason=reason)
-                    else:
-                        reason = f"{type(error).__name__}: {error}" if error else "connection error"
-                    break
                 else:
-                    code = ws.close_code
-                    extra = msg.extra if msg.type == WSMsgType.CLOSE and msg.extra else ""
-                    reason = (
-                        f"closed by peer ({code}{': ' + extra if extra else ''})"
-                        if msg.type == WSMsgType.CLOSE
-                        else "connection lost"
-                    )
-                    clean = code == WSCloseCode.GOING_AWAY
+                    reason, clean = read_end(ws, msg, link.peer)
                     break
         except asyncio.CancelledError:
             reason = "node stopping"
@@ -326,29 +276,14 @@ class Transport:
         log.warning("frame_rejected", peer=link.peer, reason=str(error), id=request_id)
         link.post(wire.encode_error(error, request_id))
 
-    def _answered(self, link: Link, id_: Any) -> Reply | None:
-        """The pending ask that a reply or error on `link` answers: only the node it was asked of may answer it."""
-        entry = self._pending.get(id_)
-        if entry is None or entry[0] != link.peer:
-            if entry is not None:
-                log.warning(
-                    "frame_refused",
-                    peer=link.peer,
-                    kind="reply",
-                    id=id_,
-                    reason=f"ask {id_} was sent to {entry[0]}, not {link.peer}",
-                )
-            return None
-        return self._forget(id_)
-
     def _on_frame(self, link: Link, env: wire.Envelope) -> None:
         kind = env.kind
         if kind == "reply":
-            reply = self._answered(link, env.id)
+            reply = self.requests.answered(link.peer, env.id)
             if reply is not None:
                 reply(env.body, None)
         elif kind == "error":
-            reply = self._answered(link, env.id) if env.id is not None else None
+            reply = self.requests.answered(link.peer, env.id) if env.id is not None else None
             try:
                 error = wire.decode_error(env.body)
             except WireError as exc:
@@ -361,21 +296,11 @@ class Transport:
         elif kind == "watch":
             self._serve_watch(link, env)
         elif kind == "unwatch":
-            unwatch = self._served_watches.pop((link.peer, env.id), None)  # type: ignore[arg-type]
+            unwatch = self.requests.served(link.peer, env.id)  # type: ignore[arg-type]
             if unwatch is not None:
                 unwatch()
         elif kind == "down":
-            watch = self._watches.get(env.id)  # type: ignore[arg-type]
-            if watch is not None and watch[0] != link.peer:
-                log.warning(
-                    "frame_refused",
-                    peer=link.peer,
-                    kind="down",
-                    id=env.id,
-                    reason=f"watch {env.id} is of {watch[1]}, not on {link.peer}",
-                )
-                return
-            self._fire_watch(env.id, env.body if isinstance(env.body, str) else "unknown")  # type: ignore[arg-type]
+            self.requests.down(link.peer, env.id, env.body if isinstance(env.body, str) else "unknown")  # type: ignore[arg-type]
         elif kind == "hello" and isinstance(env.body, dict) and env.body.get("node") == link.peer:
             known = env.body.get("known")
             self._learn(link.peer, link.url, known if isinstance(known, dict) else {})
@@ -437,7 +362,7 @@ class Transport:
         peer, id_, to = link.peer, env.id, env.to
 
         def notify(reason: str) -> None:
-            self._served_watches.pop((peer, id_), None)  # type: ignore[arg-type]
+            self.requests.served(peer, id_)  # type: ignore[arg-type]
             current = self.links.get(peer)
             if current is not None:
                 current.post(wire.encode("down", sender=to, id=id_, body=reason))
@@ -446,7 +371,7 @@ class Transport:
         if not to.startswith(self._prefix) or len(to) == len(self._prefix):
             notify("noproc")
             return
-        self._served_watches[(peer, id_)] = self.system.watch_address(to, notify)  # type: ignore[index]
+        self.requests.serve(peer, id_, self.system.watch_address(to, notify))  # type: ignore[arg-type]
 
     def _link_lost(self, link: Link, reason: str, clean: bool = False) -> None:
         """Forget the link; fail the peer's pending asks and watches. `clean`: the peer said it was going."""
@@ -458,15 +383,7 @@ class Transport:
             log.info("link_down", peer=link.peer, reason=reason)
         else:
             log.warning("link_down", peer=link.peer, reason=reason)
-        peer = link.peer
-        for id_ in [i for i, (node, _) in self._pending.items() if node == peer]:
-            reply = self._forget(id_)
-            if reply is not None:
-                reply(None, ActorDown(f"link to node {peer} lost ({reason})"))
-        for id_ in [i for i, (node, _, _) in self._watches.items() if node == peer]:
-            self._fire_watch(id_, "link_lost")
-        for key in [k for k in self._served_watches if k[0] == peer]:
-            self._served_watches.pop(key)()
+        self.requests.fail(link.peer, reason)
 
     # -- introspection and shutdown -------------------------------------------------------
 

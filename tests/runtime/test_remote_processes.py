@@ -57,7 +57,7 @@ async def test_tell_ask_and_watch_across_processes(make_node: NodeFactory, peer_
         await node.ask("peer/echo", OnlyInTests(1))
     with pytest.raises(AskTimeout, match="no reply from peer/echo to Sleep within 0.2s"):
         await node.ask("peer/echo", Sleep(1.0), timeout=0.2)
-    assert node.transport._pending == {}  # a timed-out ask leaves nothing behind for its late reply
+    assert node.transport.requests.waiting() == 0  # a timed-out ask leaves nothing behind for its late reply
 
     watcher = Watcher()
     node.system.spawn(watcher, "/watcher")

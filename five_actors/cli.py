@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -516,6 +517,9 @@ def _live_surgery(args: argparse.Namespace) -> int:
         method="POST",
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
     )
+    done = threading.Event()
+    progress = threading.Thread(target=_surgery_progress, args=(args.url.rstrip("/"), done), daemon=True)
+    progress.start()
     try:
         with urllib.request.urlopen(request, timeout=660) as response:
             report = orjson.loads(response.read())
@@ -526,6 +530,8 @@ def _live_surgery(args: argparse.Namespace) -> int:
         ) from None
     except (urllib.error.URLError, OSError) as exc:
         raise FiveActorsError(f"cannot reach {args.url}: {getattr(exc, 'reason', exc)}") from None
+    finally:
+        done.set()
     if args.json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
@@ -534,10 +540,36 @@ def _live_surgery(args: argparse.Namespace) -> int:
     if not report["dry_run"]:
         outcome = (
             f"live: version {report['version_from']} -> {report['version_to']}, "
-            f"{len(report['versions_operated'])} version(s) operated"
+            f"{len(report['versions_operated'])} version(s) operated; new architecture in play after "
+            f"{report['in_play_seconds']:.1f}s (training paused {report['pause_seconds']:.1f}s), "
+            f"the pool done after {report['seconds']:.1f}s"
+            + (f", {len(report['pool_dropped'])} pool version(s) refused and dropped" if report["pool_dropped"] else "")
         )
     sys.stdout.write(format_report({**report, "verification": latest, "out": None}, outcome))
     return 0
+
+
+def _surgery_progress(url: str, done: threading.Event) -> None:
+    """While a live surgery runs, the opponent pool's progress on stderr (the head's /actors, every 2 s)."""
+    import urllib.error
+    import urllib.request
+
+    sys.stderr.write("surgery: probes, then the latest version (training pauses), then the opponent pool\n")
+    last = ""
+    while not done.wait(2.0):
+        try:
+            with urllib.request.urlopen(f"{url}/actors", timeout=5) as response:
+                view = orjson.loads(response.read())
+        except (urllib.error.URLError, OSError, orjson.JSONDecodeError):
+            continue
+        for actor in view.get("actors", []):
+            metrics = (actor.get("status") or {}).get("metrics") or {}
+            waiting, operated = metrics.get("surgery_pool_waiting", 0), metrics.get("surgery_pool_operated", 0)
+            if actor.get("class") == "ParamServerActor" and waiting:
+                line = f"surgery: new architecture in play; pool versions operated {operated} of {operated + waiting}"
+                if line != last:
+                    sys.stderr.write(line + "\n")
+                    last = line
 
 
 def _add_surgery_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -13,17 +13,20 @@ any other version still on disk is loaded on request.
 Refused, with a `params_refused` log line and a count, never stored: parameters of another
 architecture, of the wrong names or shapes, or not newer than the latest version.
 
-Surgery (the Surgery message, issue 6's hot swap): the latest version and every pool member
-are operated and verified on threads (all or none) while the actor keeps serving. First the
-probes and the pool's past versions (a few passes, as versions join meanwhile), while the
-learners' publishes are still taken; then the pause: the latest version is operated (pool
-members that joined during the last pass leave the pool) while PublishParams and
-OptimizerState are refused (work of the old architecture that the surgery would not
-carry). The result becomes version latest+1 of the new architecture, with the pool members
-(same version numbers) and Adam's moments mapped by the surgery; every subscriber hears
-ParamsAvailable with the new arch, then all of it is checkpointed. A refusal changes nothing.
-The report gives the whole `seconds` and the `pause_seconds` (refusing publishes until the
-announcement).
+Surgery (the Surgery message, issue 6's hot swap), on threads while the actor keeps serving.
+First the probes, while the learners' publishes are still taken; then the pause: only the
+latest version is operated and verified, with Adam's moments, while PublishParams and
+OptimizerState are refused (work of the old architecture that the surgery would not carry).
+The result becomes version latest+1 of the new architecture, every subscriber hears
+ParamsAvailable with the new arch, and it is checkpointed: a refusal so far changes nothing.
+The pool's members leave the pool meanwhile (none is handed out in the old architecture) and
+are operated after the hand-over, one at a time, the likeliest first; each rejoins the pool
+with its q as it is verified (and is checkpointed in the new architecture), and one the
+surgery is refused on stays out (`opponent_pool_evicted`). So the pause and the time until the
+new architecture plays do not grow with the pool. The report, sent when the pool is done,
+gives `pause_seconds` (publishes refused), `in_play_seconds` (request to announcement) and
+`seconds` (the whole); /actors shows the pool's progress (`surgery_pool_waiting`). A dry run
+operates the latest version and the pool and changes nothing.
 
 Annealing (five_actors.surgery.anneal): the action types a surgery adds and a new game version
 are put to use in a share of games that grows from 0 to 1 over `training.surgery_anneal_versions`
@@ -68,13 +71,11 @@ from five_actors.model.policy import Policy
 from five_actors.model.spec import ModelSpec
 from five_actors.runtime.actor import Actor, message
 from five_actors.surgery.anneal import GAME_VERSION, Annealing
-from five_actors.surgery.live import LiveResult, Operated, live_surgery, operate_past, prepare
+from five_actors.surgery.live import LiveResult, live_surgery, operate_past, prepare, state_to_arrays
+from five_actors.surgery.ops import SurgeryOp
+from five_actors.surgery.verify import Probes
 
 log = structlog.get_logger("five_actors.params")
-
-POOL_PASSES = 3
-"""Passes over the opponent pool before a surgery pauses training (each takes the versions that joined during the
-last)."""
 
 NOTIFY_TIMEOUT_S = 2.0
 """A subscriber whose mailbox or link stays full this long misses one ParamsAvailable (the next one catches it up)."""
@@ -125,6 +126,9 @@ class ParamServerActor(Actor):
         self._surgery: asyncio.Task[Any] | None = None
         self._swapping = False
         """A surgery is operating the latest version: the learners' publishes would be lost in it, and are refused."""
+        self._awaiting: dict[int, tuple[float, Arrays]] = {}
+        """Pool members a surgery has yet to operate, out of the pool meanwhile: version -> (q, old arrays)."""
+        self._pool_operated = 0
         self.surgeries = 0
 
     async def on_start(self) -> None:
@@ -172,10 +176,16 @@ class ParamServerActor(Actor):
                 if member == saved.version:
                     continue
                 try:
-                    self.versions[member] = self.store.load(member).state
+                    kept = self.store.load(member)
+                    if kept.spec.hash != saved.spec.hash:
+                        raise CheckpointError(
+                            f"of architecture {kept.spec.hash}, not {saved.spec.hash}: a surgery stopped before it"
+                        )
                 except CheckpointError as exc:
                     del self.pool.quality[member]
                     self.log.error("opponent_pool_member_lost", version=member, reason=str(exc))
+                    continue
+                self.versions[member] = kept.state
         self.log.info(
             "checkpoint_restored",
             version=saved.version,
@@ -185,6 +195,9 @@ class ParamServerActor(Actor):
         )
 
     async def on_stop(self) -> None:
+        if self._awaiting:
+            reason = "stopped before the surgery operated them"
+            self.log.warning("opponent_pool_evicted", versions=sorted(self._awaiting), reason=reason)
         if self.store is not None and self.last_checkpoint != self.version:
             await self._checkpoint()
 
@@ -207,16 +220,20 @@ class ParamServerActor(Actor):
         if joins_pool:
             q = self.pool.add(msg.version)
             self.log.info("opponent_pool_added", version=msg.version, q=q, pool=len(self.pool))
-            if len(self.pool) > self.training.pool_max_versions:
-                evicted = self.pool.evict()
-                self.versions.pop(evicted, None)
-                self.log.info("opponent_pool_evicted", version=evicted, pool=len(self.pool))
+            self._evict_over_limit()
         await self._notify()
         # A pool member is always on disk, so that a resumed run still has every opponent it can hand out.
         if self.store is not None and (
             joins_pool or msg.version - max(self.last_checkpoint, 0) >= self.training.checkpoint_every
         ):
             await self._checkpoint()
+
+    def _evict_over_limit(self) -> None:
+        """The pool holds at most `pool_max_versions` (members a surgery has yet to operate count too)."""
+        while len(self.pool) + len(self._awaiting) > self.training.pool_max_versions and len(self.pool) > 0:
+            evicted = self.pool.evict()
+            self.versions.pop(evicted, None)
+            self.log.info("opponent_pool_evicted", version=evicted, pool=len(self.pool))
 
     def _check_publish(self, msg: PublishParams) -> None:
         if self._swapping:
@@ -297,34 +314,22 @@ class ParamServerActor(Actor):
         try:
             spec, seed, started = self.spec, self.training.seed, time.perf_counter()
             try:
-                # While training goes on: the probes, and the pool's past versions (they never change).
                 ops, probes = await asyncio.to_thread(prepare, words, spec, self.game, probe_steps, seed)
-                done: Operated = {}
-                for _ in range(POOL_PASSES):  # versions join the pool meanwhile: another pass takes them
-                    todo = {
-                        v: self.versions[v]
-                        for v in self.pool.versions
-                        if v in self.versions and v != self.version and v not in done
-                    }
-                    if not todo:
-                        break
-                    done |= await asyncio.to_thread(operate_past, ops, probes, spec, todo, seed)
+                latest = self.version
+                members = [v for v in {latest, *self.pool.versions} if v in self.versions] if dry_run else [latest]
                 self._swapping = not dry_run
                 paused = time.perf_counter()
-                latest = self.version
-                if not dry_run:
-                    self._leave_pool_unoperated(done, latest)
-                versions = {v: self.versions[v] for v in {latest, *self.pool.versions} if v in self.versions}
                 optimizer = self.optimizer[1] if self.optimizer is not None else None
-                result = await asyncio.to_thread(
-                    live_surgery, ops, probes, spec, versions, latest, optimizer, seed, done
-                )
+                versions = {v: self.versions[v] for v in members}
+                result = await asyncio.to_thread(live_surgery, ops, probes, spec, versions, latest, optimizer, seed)
             except SurgeryRejected as exc:
                 self._reject(words, str(exc))
             report = {**result.report, "dry_run": dry_run, "version_from": latest}
             if not dry_run:
                 report["version_to"], announced = await self._adopt(latest, result)
                 report["pause_seconds"] = round(announced - paused, 3)
+                report["in_play_seconds"] = round(announced - started, 3)
+                await self._operate_pool(ops, probes, spec, seed, report)
             report["seconds"] = round(time.perf_counter() - started, 3)
             self.log.info(
                 "surgery",
@@ -340,6 +345,7 @@ class ParamServerActor(Actor):
                 verification=report["verification"],
                 seconds=report["seconds"],
                 pause_seconds=report.get("pause_seconds"),
+                in_play_seconds=report.get("in_play_seconds"),
             )
             reply.set_result(report)
         except FiveActorsError as exc:
@@ -348,31 +354,22 @@ class ParamServerActor(Actor):
             self._surgery = None
             self._swapping = False
 
-    def _leave_pool_unoperated(self, done: Operated, latest: int) -> None:
-        """Pool members that joined during the last pass leave the pool rather than lengthen the pause."""
-        for member in [v for v in self.pool.versions if v not in done and v != latest]:
-            del self.pool.quality[member]
-            self.versions.pop(member, None)
-            self.log.info(
-                "opponent_pool_evicted",
-                version=member,
-                pool=len(self.pool),
-                reason="joined during a surgery, not operated",
-            )
-
     async def _adopt(self, latest: int, result: LiveResult) -> tuple[int, float]:
-        """Make the operated arrays the run's: version latest+1 of the new arch; subscribers told, then all
-        checkpointed.
+        """Make the operated latest version the run's, as version latest+1 of the new arch; the other pool members
+        leave the pool until they are operated; subscribers told, then checkpointed.
 
         Returns the new version and when it was announced (time.perf_counter)."""
         policy = await asyncio.to_thread(Policy, result.spec)
         new_version = latest + 1
+        for member in [v for v in self.pool.versions if v != latest]:
+            q, arrays = self.pool.quality.pop(member), self.versions.pop(member, None)
+            if arrays is not None:
+                self._awaiting[member] = (q, arrays)
+        self._pool_operated = 0
         self.spec, self.arch = result.spec, result.spec.hash
         self._template = template(policy)
-        self.versions = {
-            **{v: a for v, a in result.versions.items() if v != latest or v in self.pool},
-            new_version: result.versions[latest],
-        }
+        operated = result.versions[latest]
+        self.versions = {new_version: operated} | ({latest: operated} if latest in self.pool else {})
         self.version = new_version
         self.optimizer = None if result.optimizer is None else (new_version, result.optimizer)
         self._swapping = False  # the architecture check refuses the old one's publishes from here
@@ -383,20 +380,47 @@ class ParamServerActor(Actor):
         await self._notify()
         announced = time.perf_counter()
         if self.store is not None:
-            store = self.store
-            await asyncio.to_thread(store.model_for, result.spec, policy)
-            for member in self.pool.versions:  # a resumed run must find the pool in the new architecture
-                if member in self.versions:
-                    await asyncio.to_thread(
-                        store.save,
-                        member,
-                        result.spec,
-                        self.versions[member],
-                        None,
-                        {"learner_steps": self.learner_steps},
-                    )
+            await asyncio.to_thread(self.store.model_for, result.spec, policy)
+            if latest in self.pool:  # a resumed run must find the pool in the new architecture
+                await self._save_member(latest)
             await self._checkpoint()
         return new_version, announced
+
+    async def _operate_pool(
+        self, ops: list[SurgeryOp], probes: Probes, spec: ModelSpec, seed: int, report: dict[str, Any]
+    ) -> None:
+        """The members `_adopt` took out of the pool, operated and verified one at a time, the likeliest (highest q)
+        first; each rejoins the pool as it is done, one the surgery is refused on stays out. Adds them to `report`."""
+        started, dropped = time.perf_counter(), {}
+        while self._awaiting:
+            member = max(self._awaiting, key=lambda v: self._awaiting[v][0])
+            q, arrays = self._awaiting[member]
+            try:
+                done = await asyncio.to_thread(operate_past, ops, probes, spec, {member: arrays}, seed)
+            except SurgeryRejected as exc:
+                del self._awaiting[member]
+                dropped[str(member)] = str(exc)
+                self.log.warning("opponent_pool_evicted", version=member, pool=len(self.pool), reason=str(exc))
+                continue
+            del self._awaiting[member]
+            new, check = done[member]
+            self.versions[member] = state_to_arrays(new)[0]
+            self.pool.quality[member] = q
+            self._pool_operated += 1
+            report["verification"][str(member)] = check.to_dict()
+            report["versions_operated"] = sorted([*report["versions_operated"], member])
+            if self.store is not None:
+                await self._save_member(member)
+            self._evict_over_limit()
+        report["pool_seconds"] = round(time.perf_counter() - started, 3)
+        report["pool_dropped"] = dropped
+
+    async def _save_member(self, member: int) -> None:
+        """Checkpoint pool member `member` in the current architecture (under the lock: saves share one policy)."""
+        assert self.store is not None
+        counters = {"learner_steps": self.learner_steps}
+        async with self._lock:
+            await asyncio.to_thread(self.store.save, member, self.spec, self.versions[member], None, counters)
 
     # -- subscribers ----------------------------------------------------------------------
 
@@ -497,6 +521,8 @@ class ParamServerActor(Actor):
             "last_checkpoint": self.last_checkpoint,
             "last_refusal": self.last_refusal,
             "surgeries": self.surgeries,
+            "surgery_pool_waiting": len(self._awaiting),
+            "surgery_pool_operated": self._pool_operated,
             "anneal": self.annealing.shares(self.version),
             "reverted": {name: a.reverted for name, a in self.annealing.anneals.items() if a.reverted},
             **self.counts,
@@ -518,6 +544,8 @@ class ParamServerActor(Actor):
             "draws",
             "losses",
             "surgeries",
+            "surgery_pool_waiting",
+            "surgery_pool_operated",
         )
         metrics = {k: stats[k] for k in keys} | {
             f"anneal_share_{name}": share for name, share in stats["anneal"].items()

@@ -71,7 +71,8 @@ win at the end of an 80 s game is seen. With these, two 8-minute runs of the def
 bot in 0.25 and 0.28 (README, "Learning in minutes")."""
 
 SMOKE_SET: tuple[str, ...] = ("training.pool_max_versions=1",)
-"""`--smoke` on conf/smoke.toml: a small opponent pool, as a surgery operates (and verifies) every pool version."""
+"""`--smoke` on conf/smoke.toml: a small opponent pool, as a surgery operates (and verifies) every pool version before
+it answers."""
 
 SWAP_COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("GameActor", "game_steps_dropped_arch", "game_steps_dropped_arch"),
@@ -347,7 +348,8 @@ def _summary(start: Reading, end: Reading, reached: bool) -> dict[str, Any]:
 
 
 def _swap(watch: Watch, ops: list[str], probe_steps: int) -> dict[str, Any]:
-    """POST the surgery and time it: until the answer, and until the ParamServer's version passes the surgery's.
+    """POST the surgery and time it: until the ParamServer's version passes the surgery's (the pause), and until
+    the answer (the opponent pool operated too).
 
     The tree is read all along (the request waits on a thread), so the table's env steps and
     the counters cover the surgery itself.
@@ -356,33 +358,42 @@ def _swap(watch: Watch, ops: list[str], probe_steps: int) -> dict[str, Any]:
     rate = _rate(watch.readings, before.t - 30.0)
     with ThreadPoolExecutor(1) as pool:
         answer = pool.submit(watch.up.post, "/surgery", {"ops": ops, "dry_run": False, "probe_steps": probe_steps})
-        answered, _ = watch.until(lambda r: answer.done(), 700.0, poll_s=0.5)
+        answered, _ = watch.until(lambda r: answer.done(), 700.0, poll_s=0.2)
         status, report = answer.result()
     if status != 200:
         raise FiveActorsError(f"the surgery was refused ({status}): {report.get('message', report)}")
     version_to = int(report["version_to"])
-    resumed, ok = watch.until(lambda r: r.version > version_to, 600.0, poll_s=0.2)
-    if not ok:
-        raise FiveActorsError(
-            f"versions did not advance past {version_to} within 600 s of the surgery:\n{watch.up.output_tail()}"
-        )
+    during = [r for r in watch.readings if r.t >= before.t]
+    passed = [i for i, r in enumerate(during) if r.version > version_to]
+    if passed:
+        resumed, handed_over = during[passed[0]], during[max(passed[0] - 1, 0)]
+    else:
+        resumed, ok = watch.until(lambda r: r.version > version_to, 600.0, poll_s=0.2)
+        if not ok:
+            raise FiveActorsError(
+                f"versions did not advance past {version_to} within 600 s of the surgery:\n{watch.up.output_tail()}"
+            )
+        handed_over = answered
     pause_s = resumed.t - before.t
     verification = report["verification"][str(report["version_from"])]
     return {
         "pause_s": round(pause_s, 3),
         "request_to_answer_s": round(answered.t - before.t, 3),
+        "param_server_pause_s": report["pause_seconds"],
+        "param_server_in_play_s": report["in_play_seconds"],
         "param_server_surgery_s": report["seconds"],
         "version_from": report["version_from"],
         "version_to": version_to,
         "versions_operated": len(report["versions_operated"]),
+        "pool_dropped": len(report["pool_dropped"]),
         "architecture": report["changes"]["architecture"],
         "max_prob_diff": verification["max_prob_diff"],
         "max_value_diff": verification["max_value_diff"],
         "env_steps_at_request": before.env_steps,
         "env_steps_during_pause": resumed.env_steps - before.env_steps,
         "env_steps_at_prior_rate": None if rate is None else round(rate * pause_s),
-        # The new model is the operated version_from: learner steps taken while it was operated are not kept.
-        "learner_steps_discarded": int(answered.counters["learner_steps"] - before.counters["learner_steps"]),
+        # The new model is the operated version_from: learner steps taken until the hand-over are not kept.
+        "learner_steps_discarded": int(handed_over.counters["learner_steps"] - before.counters["learner_steps"]),
         "counters": before.counters,
     }
 

@@ -2,14 +2,14 @@
 
 The ParamServer holds each version as `{name: ndarray}` and Adam's moments as `INDEX.KEY`
 arrays (five_actors.actors.params). This module turns them into ModelStates, runs the same
-operations on the latest version and on every opponent-pool version (verify.operate_all: all
-or none, one seed so new units start alike everywhere), verifies each on probes recorded from
-real lane games, and turns the results back into arrays. It never touches the caller's
-arrays: a refused surgery raises SurgeryRejected and the caller keeps what it had.
+operations on the latest version and on every opponent-pool version (verify.operate_all, one
+seed so new units start alike everywhere), verifies each on probes recorded from real lane
+games, and turns the results back into arrays. It never touches the caller's arrays: a refused
+surgery raises SurgeryRejected and the caller keeps what it had.
 
-In three steps, so that training pauses only for the last: `prepare` (parse, record probes)
-and `operate_past` (the pool's past versions, which never change) while the learners go on;
-then `live_surgery` on the latest version and whatever `operate_past` did not do.
+In three steps, so that training pauses only for the second: `prepare` (parse, record probes)
+while the learners go on; `live_surgery` on the latest version (with Adam's moments); then
+`operate_past` on each of the pool's past versions, which never change, after the hand-over.
 """
 
 from __future__ import annotations
@@ -109,22 +109,16 @@ def live_surgery(
     latest: int,
     optimizer: Arrays | None,
     seed: int = 0,
-    done: Operated | None = None,
 ) -> LiveResult:
-    """Operate on every version in `versions` (`latest` carries `optimizer`) that `done` (operate_past's) lacks;
-    SurgeryRejected when any is refused. Versions of `done` no longer in `versions` are left out.
+    """Operate on every version in `versions` (`latest` carries `optimizer`), all or none: SurgeryRejected when any
+    is refused.
 
     Blocking and CPU-heavy: call it in a thread.
     """
     if latest not in versions:
         raise SurgeryRejected(f"the latest version {latest} is not among the versions given")
-    done = {v: result for v, result in (done or {}).items() if v in versions and v != latest}
-    states = {
-        v: to_model_state(spec, arrays, optimizer if v == latest else None)
-        for v, arrays in versions.items()
-        if v not in done
-    }
-    results = {**done, **operate_all(ops, states, probes, seed)}
+    states = {v: to_model_state(spec, arrays, optimizer if v == latest else None) for v, arrays in versions.items()}
+    results = operate_all(ops, states, probes, seed)
     new_versions: dict[int, Arrays] = {}
     new_optimizer: Arrays | None = None
     for v, (new, _check) in results.items():

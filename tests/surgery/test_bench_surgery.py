@@ -49,7 +49,8 @@ def test_smoke_bench_reports_both_arms_and_the_pause(tmp_path: Path) -> None:
         assert isinstance(arm["table"], list)
     swap = surgery["swap"]
     assert swap["architecture"]["from"] != swap["architecture"]["to"]
-    assert swap["pause_s"] >= swap["request_to_answer_s"] > 0
+    assert swap["pause_s"] > 0 and swap["request_to_answer_s"] > 0
+    assert 0 < swap["param_server_pause_s"] <= swap["param_server_in_play_s"] <= swap["param_server_surgery_s"]
     assert surgery["final_version"] > swap["version_to"] > swap["version_from"]
     assert swap["max_prob_diff"] <= 1e-6
     assert swap["counters"]["game_arch_switches"]["since_request"] >= 1

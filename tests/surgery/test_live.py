@@ -139,6 +139,7 @@ def test_widen_lstm_then_add_observation_and_training_goes_on(run: Run) -> None:
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
+    assert "surgery: probes, then the latest version (training pauses), then the opponent pool" in done.stderr
     second = json.loads(done.stdout)
     assert second["changes"]["architecture"]["from"] == new_arch and second["changes"]["features_added"]
     wait_until(lambda: metric(run.url, GAME, "game_arch_switches") == 2, timeout=120, what="the game's second switch")

@@ -1,4 +1,4 @@
-"""The ParamServer's Surgery message: the latest version and the pool operated and verified, all or none."""
+"""The ParamServer's Surgery message: the latest version operated, verified and handed over, then the pool."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from five_actors.actors.messages import (
     EvalRating,
     GetParams,
     GetStats,
+    OpponentRequest,
     ParamsAvailable,
     PublishParams,
     Subscribe,
@@ -87,9 +88,7 @@ async def test_a_live_widen_lstm_operates_latest_and_pool_and_announces_the_new_
     assert (await ref.ask(GetParams(2))).spec["lstm_size"] == 48
 
 
-async def test_publishes_are_kept_while_the_pool_is_operated_and_the_newest_is_operated_last(
-    system: ActorSystem, tmp_path: Path
-) -> None:
+async def test_publishes_during_the_probes_are_kept_and_operated(system: ActorSystem, tmp_path: Path) -> None:
     config = load_config("smoke")
     server = ParamServerActor(config=config, run_dir=str(tmp_path))
     ref = system.spawn(server, "/params")
@@ -103,10 +102,52 @@ async def test_publishes_are_kept_while_the_pool_is_operated_and_the_newest_is_o
     await ref.tell(PublishParams(7, server.arch, server.spec.to_dict(), base, learner_steps=7))
     report = await surgery
     assert (report["version_from"], report["version_to"]) == (7, 8)
-    assert report["versions_operated"] == [2, 4, 6, 7]
-    assert 0.0 <= report["pause_seconds"] < report["seconds"]
+    assert report["versions_operated"] == [2, 4, 6, 7] and report["pool_dropped"] == {}
+    assert 0.0 <= report["pause_seconds"] < report["in_play_seconds"] < report["seconds"]
     stats = await ref.ask(GetStats())
     assert stats["refused"] == 0 and stats["published"] == 7 and stats["version"] == 8
+
+
+async def test_with_a_pool_of_32_the_new_architecture_plays_within_seconds_and_the_pool_follows(
+    system: ActorSystem, tmp_path: Path
+) -> None:
+    """The pause and the time to the new architecture do not grow with the pool: its members are operated after the
+    hand-over, each rejoining the pool as it is done, while the new architecture's publishes are taken."""
+    config = load_config("smoke")
+    server = ParamServerActor(config=config, run_dir=str(tmp_path))
+    ref = system.spawn(server, "/params")
+    assert await system.wait_started(ref) is None
+    base = state_arrays(initial_policy(server.spec, 1))
+    for version in range(1, 65):  # every second one joins the pool: 32 members
+        await ref.tell(PublishParams(version, server.arch, server.spec.to_dict(), base, learner_steps=version))
+    old_arch = server.arch
+    assert (await ref.ask(GetStats()))["pool_size"] == 32  # asked after the tells: they are in
+    surgery = asyncio.ensure_future(ref.ask(Surgery(["widen-lstm", "48"], probe_steps=16), timeout=300))
+    while server.arch == old_arch:
+        await asyncio.sleep(0.01)
+    new = await ref.ask(GetParams(-1))
+    shapes = {k: v.shape for k, v in new.state.items()}
+    waiting = [(await ref.ask(GetStats()))["surgery_pool_waiting"]]
+    version, handed_out = new.version, set()
+    while not surgery.done():  # the learners of the new architecture train on; games take opponents from the pool
+        version += 1
+        await ref.tell(PublishParams(version, new.arch, new.spec, new.state, learner_steps=version))
+        opponent = (await ref.ask(OpponentRequest())).version
+        if opponent >= 0:
+            played = (await ref.ask(GetParams(opponent))).state  # never a member still to be operated
+            assert {k: v.shape for k, v in played.items()} == shapes, opponent
+            handed_out.add(opponent)
+        waiting.append((await ref.ask(GetStats()))["surgery_pool_waiting"])
+        await asyncio.sleep(0.05)
+    report = await surgery
+    assert report["pause_seconds"] < 2.0 and report["in_play_seconds"] < 10.0, report
+    assert len(report["versions_operated"]) == 32 and report["pool_dropped"] == {}  # the latest, 64, is a member
+    assert waiting[0] >= 24 and waiting == sorted(waiting, reverse=True) and waiting[-1] <= 1
+    assert handed_out - {new.version} and handed_out <= set(report["versions_operated"]) | set(range(65, version + 1))
+    stats = await ref.ask(GetStats())
+    assert stats["refused"] == 0 and stats["surgery_pool_waiting"] == 0 and stats["pool_size"] > 32
+    for member in server.pool.versions:
+        assert {k: v.shape for k, v in (await ref.ask(GetParams(member))).state.items()} == shapes, member
 
 
 async def heard(listener: Listener, shares: dict[str, float]) -> None:

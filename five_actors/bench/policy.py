@@ -3,6 +3,11 @@
 Forward: `Policy.act` on `--rows` rows (checks, sampling and value included). Update: one PPO
 minibatch step (16-step BPTT, backward, per-parameter clipping, Adam) on `--chunks` chunks.
 Inputs are real lane-game observations and masks. One torch thread unless `--threads`.
+
+Beside rows/s, the work per row and the rate it is done at: MFLOP per row as torch's flop
+counter counts one call (torch.utils.flop_counter: matrix products, forward and backward; the
+elementwise ops are not counted), and GFLOP/s = MFLOP per row x rows/s / 1000, to set against
+the device's peak.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from five_actors.config import Config, apply_override, from_mapping
 from five_actors.game.env import LaneGame
@@ -51,6 +57,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     policy = Policy(ModelSpec.build(game.obs_spec, game.action_spec, config.model)).to(config.model.device)
     state = policy.initial_state(len(obs))
     forward_calls, forward_s = _timed(lambda: policy.act(obs, masks, state), args.seconds)
+    forward_flops = _flops(lambda: policy.act(obs, masks, state))
 
     steps = config.training.rollout_chunk_steps
     pick = np.random.default_rng(0).integers(0, len(obs), (steps, args.chunks))
@@ -75,6 +82,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     ppo = PPO(policy, config.ppo)
     update_calls, update_s = _timed(lambda: ppo.step(batch), args.seconds)
+    update_flops = _flops(lambda: ppo.step(batch))
+    forward_rate = len(obs) * forward_calls / forward_s
+    update_rows = steps * args.chunks
+    update_rate = update_rows * update_calls / update_s
     return {
         "benchmark": "policy",
         "device": str(device),
@@ -85,11 +96,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "lstm_size": policy.spec.lstm_size,
         "forward_rows": len(obs),
         "forward_ms": round(1000 * forward_s / forward_calls, 3),
-        "forward_rows_per_s": round(len(obs) * forward_calls / forward_s, 1),
-        "update_rows": steps * args.chunks,
+        "forward_rows_per_s": round(forward_rate, 1),
+        "forward_mflop_per_row": round(forward_flops / len(obs) / 1e6, 4),
+        "forward_gflop_per_s": round(forward_flops / len(obs) * forward_rate / 1e9, 2),
+        "update_rows": update_rows,
         "update_ms": round(1000 * update_s / update_calls, 3),
-        "update_rows_per_s": round(steps * args.chunks * update_calls / update_s, 1),
+        "update_rows_per_s": round(update_rate, 1),
+        "update_mflop_per_row": round(update_flops / update_rows / 1e6, 4),
+        "update_gflop_per_s": round(update_flops / update_rows * update_rate / 1e9, 2),
     }
+
+
+def _flops(work: Any) -> int:
+    """Floating-point operations of one call of `work`, as torch's flop counter counts them."""
+    with FlopCounterMode(display=False) as counter:
+        work()
+    return int(counter.get_total_flops())
 
 
 def _timed(work: Any, seconds: float) -> tuple[int, float]:

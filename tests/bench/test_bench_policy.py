@@ -1,0 +1,31 @@
+"""`five-actors bench policy`: rows/s with the work per row and the FLOP rate beside them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_policy_bench_reports_rows_per_second_and_flops_of_forward_and_update() -> None:
+    smoke = ["--set", "model.lstm_size=32", "--set", "model.entity_hidden=16", "--set", "model.core_input=32"]
+    done = subprocess.run(
+        [sys.executable, "-m", "five_actors", "bench", "policy", "--rows", "40", "--chunks", "4", "--seconds", "0.3"]
+        + smoke,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["lstm_size"] == 32 and report["forward_rows"] == 40 and report["update_rows"] == 16 * 4
+    for part in ("forward", "update"):
+        rate, mflop = report[f"{part}_rows_per_s"], report[f"{part}_mflop_per_row"]
+        assert rate > 0 and mflop > 0
+        assert abs(report[f"{part}_gflop_per_s"] - mflop * rate / 1e3) <= 0.01 + 0.01 * report[f"{part}_gflop_per_s"]
+    # An update is a forward over every step plus its backward: it does more work per row than acting.
+    assert report["update_mflop_per_row"] > 1.5 * report["forward_mflop_per_row"]

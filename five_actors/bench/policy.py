@@ -51,22 +51,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for assignment in args.overrides:
         apply_override(tree, assignment)
     config = from_mapping(Config, tree)
-    game = LaneGame(dataclasses.replace(config.game, games_per_batch=max(1, args.rows // 10)))
+    return {"benchmark": "policy", "threads": args.threads, **measure(config, args.rows, args.chunks, args.seconds)}
+
+
+def measure(config: Config, rows: int, chunks: int, seconds: float) -> dict[str, Any]:
+    """Rows/s, MFLOP per row and GFLOP/s of `config`'s policy acting on `rows` rows and updating on `chunks` chunks,
+    each timed for about `seconds` on the torch threads set."""
+    game = LaneGame(dataclasses.replace(config.game, games_per_batch=max(1, rows // 10)))
     obs, masks = game.reset(0)
-    obs, masks = obs[: args.rows], {k: v[: args.rows] for k, v in masks.items()}
+    obs, masks = obs[:rows], {k: v[:rows] for k, v in masks.items()}
     policy = Policy(ModelSpec.build(game.obs_spec, game.action_spec, config.model)).to(config.model.device)
     state = policy.initial_state(len(obs))
-    forward_calls, forward_s = _timed(lambda: policy.act(obs, masks, state), args.seconds)
+    forward_calls, forward_s = _timed(lambda: policy.act(obs, masks, state), seconds)
     forward_flops = _flops(lambda: policy.act(obs, masks, state))
 
     steps = config.training.rollout_chunk_steps
-    pick = np.random.default_rng(0).integers(0, len(obs), (steps, args.chunks))
+    pick = np.random.default_rng(0).integers(0, len(obs), (steps, chunks))
     device = policy.device
     out = policy.act(
         obs[pick.reshape(-1)], {k: v[pick.reshape(-1)] for k, v in masks.items()}, policy.initial_state(pick.size)
     )
-    shape = lambda x: x.reshape(steps, args.chunks, *x.shape[1:])  # noqa: E731
-    zeros = torch.zeros(steps, args.chunks, device=device)
+    shape = lambda x: x.reshape(steps, chunks, *x.shape[1:])  # noqa: E731
+    zeros = torch.zeros(steps, chunks, device=device)
     batch = Chunks(
         obs=torch.as_tensor(obs[pick], device=device),
         masks={k: torch.as_tensor(v[pick], device=device) for k, v in masks.items()},
@@ -76,20 +82,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         rewards=zeros,
         dones=zeros.bool(),
         starts=zeros.bool(),
-        advantages=torch.randn(steps, args.chunks, device=device),
-        returns=torch.randn(steps, args.chunks, device=device),
-        state=policy.initial_state(args.chunks),
+        advantages=torch.randn(steps, chunks, device=device),
+        returns=torch.randn(steps, chunks, device=device),
+        state=policy.initial_state(chunks),
     )
     ppo = PPO(policy, config.ppo)
-    update_calls, update_s = _timed(lambda: ppo.step(batch), args.seconds)
+    update_calls, update_s = _timed(lambda: ppo.step(batch), seconds)
     update_flops = _flops(lambda: ppo.step(batch))
     forward_rate = len(obs) * forward_calls / forward_s
-    update_rows = steps * args.chunks
+    update_rows = steps * chunks
     update_rate = update_rows * update_calls / update_s
     return {
-        "benchmark": "policy",
         "device": str(device),
-        "threads": args.threads,
         "spec_hash": policy.spec.hash,
         "parameters": sum(p.numel() for p in policy.parameters()),
         "obs_size": policy.spec.obs.size,

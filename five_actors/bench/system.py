@@ -10,6 +10,12 @@ The synchronous baseline (five_actors.model.baseline), with the machine to itsel
 same model on the same game with `training.games_per_actor` games in self-play (every row
 learned from, `baseline.epochs` times) for `--seconds`: collect, update, repeat. The two arms
 alternate `--repeats` times; the figures are medians and the ratios are system / baseline.
+
+Then the machine's ideal for this model, from the policy's own rates on one core
+(five_actors.bench.policy: forward rows/s F, update rows/s U): each fresh sample costs a forward
+and `sample_reuse` update passes, so all the cores, doing nothing else, would train
+`ideal_samples_per_s` = reuse x cores / (1/F + reuse/U); `ideal_fraction` is the system's
+samples/s over it (the game's own steps and the actors' messages are what the rest goes to).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from five_actors.bench.policy import measure as policy_rates
 from five_actors.bench.running import UpProcess, running_metrics
 from five_actors.config import Config, load_config
 from five_actors.errors import FiveActorsError
@@ -68,6 +75,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             flush=True,
         )
     system, baseline = _medians([r["system"] for r in rounds]), _medians([r["baseline"] for r in rounds])
+    machine = ideal(config, system.get("sample_reuse"))
     return {
         "config": config.name,
         "seconds": args.seconds,
@@ -76,9 +84,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "baseline": baseline,
         "env_steps_ratio": round(system["env_steps_per_s"] / max(baseline["env_steps_per_s"], 1e-9), 3),
         "samples_ratio": round(system["samples_per_s"] / max(baseline["samples_per_s"], 1e-9), 3),
+        **machine,
+        "ideal_fraction": round(system["samples_per_s"] / machine["ideal_samples_per_s"], 3)
+        if machine["ideal_samples_per_s"]
+        else None,
         "rounds": rounds,
         "cpus": os.cpu_count(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def ideal(config: Config, reuse: float | None, seconds: float = 3.0) -> dict[str, Any]:
+    """The policy's one-core forward and update rates (each timed for `seconds`), and the samples/s all cores would
+    train at `reuse`."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rates = policy_rates(config, 320, config.training.minibatch_chunks, seconds)
+    finally:
+        torch.set_num_threads(threads)
+    forward, update = rates["forward_rows_per_s"], rates["update_rows_per_s"]
+    samples = None if not reuse else reuse * (os.cpu_count() or 1) / (1.0 / forward + reuse / update)
+    return {
+        "policy_forward_rows_per_s": forward,
+        "policy_update_rows_per_s": update,
+        "ideal_samples_per_s": None if samples is None else round(samples, 1),
     }
 
 

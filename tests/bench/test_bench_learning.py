@@ -47,7 +47,7 @@ def test_a_smoke_run_reports_rounds_bars_and_a_plot(tmp_path: Path) -> None:
             "--config",
             "smoke",
             "--minutes",
-            "0.8",
+            "0.5",
             "--seeds",
             "1",
             "--first-seed",

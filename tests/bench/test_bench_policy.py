@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,3 +30,16 @@ def test_policy_bench_reports_rows_per_second_and_flops_of_forward_and_update() 
         assert abs(report[f"{part}_gflop_per_s"] - mflop * rate / 1e3) <= 0.01 + 0.01 * report[f"{part}_gflop_per_s"]
     # An update is a forward over every step plus its backward: it does more work per row than acting.
     assert report["update_mflop_per_row"] > 1.5 * report["forward_mflop_per_row"]
+
+
+def test_the_system_bench_ideal_is_what_every_core_would_train_at_the_policy_rates() -> None:
+    from five_actors.bench.system import ideal
+    from five_actors.config import load_config
+
+    rates = ideal(load_config("smoke"), 2.0, seconds=0.2)
+    forward, update = rates["policy_forward_rows_per_s"], rates["policy_update_rows_per_s"]
+    assert forward > update > 0  # an update row is a forward, a backward and Adam
+    # Each fresh sample: one forward and two update passes; every core on nothing else; learner samples count reuse.
+    expected = 2.0 * (os.cpu_count() or 1) / (1 / forward + 2.0 / update)
+    assert abs(rates["ideal_samples_per_s"] - expected) <= 0.1
+    assert ideal(load_config("smoke"), None, seconds=0.05)["ideal_samples_per_s"] is None

@@ -229,10 +229,12 @@ class ParamServerActor(Actor):
             await self._checkpoint()
 
     def _evict_over_limit(self) -> None:
-        """The pool holds at most `pool_max_versions` (members a surgery has yet to operate count too)."""
-        while len(self.pool) + len(self._awaiting) > self.training.pool_max_versions and len(self.pool) > 0:
+        """The pool holds at most `pool_max_versions`: the least likely members leave (the latest version's arrays
+        stay, it is the run's)."""
+        while len(self.pool) > self.training.pool_max_versions:
             evicted = self.pool.evict()
-            self.versions.pop(evicted, None)
+            if evicted != self.version:
+                self.versions.pop(evicted, None)
             self.log.info("opponent_pool_evicted", version=evicted, pool=len(self.pool))
 
     def _check_publish(self, msg: PublishParams) -> None:

@@ -88,11 +88,13 @@ def test_two_learners_train_switch_architecture_together_and_a_killed_rank_resta
             )
 
         wait_until(group_restarted, timeout=START, what="both ranks restarted (one_for_all)")
-        wait_until(
-            lambda: _version(run.url) > version, timeout=START, what="versions advancing after the group restart"
-        )
+
+        def restarted() -> list[dict]:
+            return [e for e in log_events(run_dir, "learner_started") if e["rank"] == 0][1:]
+
+        start_version = wait_until(restarted, timeout=START, what="the new group started")[0]["version"]
         # The new group started from the ParamServer's latest version: nothing before the kill was lost.
-        restarted = run.view()
-        assert _metric(restarted, LEARNER_0, "version") >= version
+        assert start_version >= version
+        wait_until(lambda: _version(run.url) > start_version, timeout=START, what="the new group publishing versions")
     finally:
         run.proc.kill()

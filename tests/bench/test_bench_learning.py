@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from five_actors.bench.learning_curve import bars_met, holds
-from tests.supervisor.cluster import REPO
+from tests.supervisor.cluster import cli_json
 
 
 def row(minutes: float, scripted: float, half: float = 0.1, random: float = 0.5) -> dict[str, object]:
@@ -37,35 +35,12 @@ def test_the_last_third_holds_within_the_best_earlier_rounds_interval() -> None:
 
 @pytest.mark.timeout(600)
 def test_a_smoke_run_reports_rounds_bars_and_a_plot(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "five_actors",
-            "bench",
-            "learning",
-            "--config",
-            "smoke",
-            "--minutes",
-            "0.5",
-            "--seeds",
-            "1",
-            "--first-seed",
-            "3",
-            "--run-dir",
-            str(tmp_path),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=540,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout)
+    args = ["bench", "learning", "--config", "smoke", "--minutes", "0.5", "--seeds", "1", "--first-seed", "3"]
+    result, stderr = cli_json([*args, "--run-dir", str(tmp_path)], timeout=540)
     [seed] = result["seeds"]
     assert seed["seed"] == 3 and set(seed["bars"]) == {"random_0.9", "scripted_0.5", "scripted_0.8"}
     rounds = seed["rounds"]
     assert rounds and all(0.0 <= r["win_rate_random"] <= 1.0 and isinstance(r["trueskill"], float) for r in rounds)
     assert json.loads((tmp_path / "seed-3" / "config.json").read_text())["training"]["seed"] == 3
     assert Path(result["plot"]).read_bytes().startswith(b"\x89PNG") and "seed 3" in Path(result["page"]).read_text()
-    assert "seed 3: " in done.stderr, "progress while it trains"
+    assert "seed 3: " in stderr, "progress while it trains"

@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.supervisor.cluster import cli_json
 
 
 def test_policy_bench_reports_rows_per_second_and_flops_of_forward_and_update() -> None:
     smoke = ["--set", "model.lstm_size=32", "--set", "model.entity_hidden=16", "--set", "model.core_input=32"]
-    done = subprocess.run(
-        [sys.executable, "-m", "five_actors", "bench", "policy", "--rows", "40", "--chunks", "4", "--seconds", "0.3"]
-        + smoke,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout)
+    args = ["bench", "policy", "--rows", "40", "--chunks", "4", "--seconds", "0.3", *smoke]
+    report, _ = cli_json(args, timeout=240)
     assert report["lstm_size"] == 32 and report["forward_rows"] == 40 and report["update_rows"] == 16 * 4
     for part in ("forward", "update"):
         rate, mflop = report[f"{part}_rows_per_s"], report[f"{part}_mflop_per_row"]

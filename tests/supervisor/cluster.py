@@ -95,6 +95,16 @@ class Proc:
             self.proc.wait()
 
 
+def cli_json(args: list[str], timeout: float) -> tuple[Any, str]:
+    """Run `python -m five_actors ARGS` from the repository, assert it exits 0 (showing its stderr's end if not),
+    and return the JSON it printed and its stderr."""
+    done = subprocess.run(
+        [sys.executable, "-m", "five_actors", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout), done.stderr
+
+
 def get(url: str, token: str | None = None, body: dict[str, Any] | None = None) -> tuple[int, Any]:
     """GET (or POST `body` as JSON) -> (status, parsed JSON or text)."""
     data = None if body is None else json.dumps(body).encode()

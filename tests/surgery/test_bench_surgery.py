@@ -7,39 +7,18 @@ and the counters the swap moved.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.supervisor.cluster import REPO
+from tests.supervisor.cluster import cli_json
 
 pytestmark = pytest.mark.timeout(900)
 
 
 def test_smoke_bench_reports_both_arms_and_the_pause(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "five_actors",
-            "bench",
-            "surgery",
-            "--smoke",
-            "--game-version",
-            "1",
-            "--run-dir",
-            str(tmp_path),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=840,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout)
+    args = ["bench", "surgery", "--smoke", "--game-version", "1", "--run-dir", str(tmp_path)]
+    result, _ = cli_json(args, timeout=840)
     budget = result["budget"]["env_steps_per_arm"]
     assert result["operations"] == "widen-lstm 48" and budget >= 2 * result["budget"]["operated_at_env_steps"] > 0
     surgery, scratch = result["arms"]["surgery"], result["arms"]["scratch"]

@@ -36,6 +36,16 @@ def run_settings(
     return found, None if where is None else Path(where)
 
 
+def limit_torch_threads(device: str, threads: int) -> None:
+    """Give this process `threads` torch intra-op threads when it computes on the CPU (0: torch's default, one per
+    core). Processes that share the cores lose badly to more: idle intra-op threads spin, and on 2 cores an eval
+    round on torch's default took twice the CPU time of one thread for the same wall time."""
+    if device == "cpu" and threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
 @dataclass(frozen=True)
 class TrainingConfig:
     """How the five actors play, batch and train (DESIGN.md "The five actors and one training step")."""
@@ -55,8 +65,8 @@ class TrainingConfig:
     inference_deadline_ms: float = 2.0
     """...or once the oldest waiting request is this old."""
     inference_torch_threads: int = 1
-    """Torch intra-op threads of an InferenceActor's process on the CPU (0: torch's default; small batches run best on
-    1)."""
+    """Torch intra-op threads of an InferenceActor's and the EvalActor's process on the CPU (0: torch's default; their
+    small batches run best on 1)."""
     learner_torch_threads: int = 1
     """Torch intra-op threads of a LearnerActor's process on the CPU (0: torch's default; learners sharing cores run
     best on 1)."""

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from five_actors.actors.config import run_settings
+from five_actors.actors.config import limit_torch_threads, run_settings
 from five_actors.actors.inference import policy_from_params
 from five_actors.actors.messages import EvalRating, GetParams, GetStats, Params
 from five_actors.actors.play import EVAL_SEED_BASE, GameOutcome, play_episodes, play_round, summarize, summarize_returns
@@ -80,6 +80,7 @@ class EvalActor(Actor):
         self.config = config
         self.training = config.training
         self.device = os.environ.get(DEVICE_ENV) or config.model.device
+        limit_torch_threads(self.device, self.training.inference_torch_threads)
         self.log = log.bind(actor=self.ref.path)
         saved = load_state(self.run_dir / RATINGS_FILE) if self.run_dir is not None else None
         if saved is not None:

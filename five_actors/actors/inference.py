@@ -27,7 +27,7 @@ import numpy as np
 import structlog
 import torch
 
-from five_actors.actors.config import run_settings
+from five_actors.actors.config import limit_torch_threads, run_settings
 from five_actors.actors.messages import (
     GetParams,
     GetStats,
@@ -126,10 +126,7 @@ class InferenceActor(Actor):
         config, _ = run_settings(self, self._config_arg)
         self.training = config.training
         self.device = self._device_arg or config.model.device
-        if self.device == "cpu" and self.training.inference_torch_threads:
-            # Forwards of a few hundred rows gain little from intra-op threads and lose much when
-            # the cores are shared with game processes.
-            torch.set_num_threads(self.training.inference_torch_threads)
+        limit_torch_threads(self.device, self.training.inference_torch_threads)
         self.log = log.bind(actor=self.ref.path)
         self.server = self.system.ref(self.params_address)
         self.spawn_task(self._subscribe(), "inference:subscribe")

@@ -37,7 +37,7 @@ import structlog
 import torch
 
 from five_actors.actors.buffer import ExperienceBuffer, check_rollout, convert_rollout
-from five_actors.actors.config import run_settings
+from five_actors.actors.config import limit_torch_threads, run_settings
 from five_actors.actors.group import TorchThread, broadcast_object
 from five_actors.actors.messages import GetParams, GetStats, Params, ParamsAvailable, PublishParams, Rollout
 from five_actors.actors.param_server import GetOptimizerState, OptimizerState
@@ -98,10 +98,9 @@ class LearnerActor(Actor):
         self.config, self.training = config, config.training
         self.log = log.bind(actor=self.ref.path, rank=self.rank)
         device = torch.device(self._device_arg or os.environ.get(DEVICE_ENV) or config.model.device)
-        if device.type == "cpu" and self.training.learner_torch_threads:
-            # Several learners (and game processes) on the same cores: spinning intra-op threads
-            # slow every step and stretch each allreduce to wait for the slowest rank.
-            torch.set_num_threads(self.training.learner_torch_threads)
+        # Several learners (and game processes) on the same cores: spinning intra-op threads slow every step and
+        # stretch each allreduce to wait for the slowest rank.
+        limit_torch_threads(device.type, self.training.learner_torch_threads)
         self.buffer = ExperienceBuffer(
             self.training.buffer_chunks, self.training.rollout_chunk_steps, self.training.reuse_window_s
         )

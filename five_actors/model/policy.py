@@ -124,14 +124,8 @@ class Policy(nn.Module):
             return x.reshape(steps * batch, *x.shape[2:])
 
         embeddings, core_in = self.encode(flat(obs))
-        core_in = core_in.reshape(steps, batch, -1)
         keep = (~starts).to(core_in.dtype).unsqueeze(-1)
-        h, c = state
-        outputs = []
-        for t in range(steps):
-            h, c = self.core_step(core_in[t], (h * keep[t], c * keep[t]))
-            outputs.append(h)
-        core = torch.stack(outputs).reshape(steps * batch, -1)
+        core = self.core_sequence(core_in.reshape(steps, batch, -1), keep, state).reshape(steps * batch, -1)
         flat_masks = {k: flat(v) for k, v in masks.items()}
         _, logp, entropy = self._heads(core, embeddings, flat_masks, flat(actions), False)
         value = self.value_head(core).squeeze(-1)
@@ -196,6 +190,28 @@ class Policy(nn.Module):
             return h, c
         return torch.relu(self.mlp(x)), state[1]
 
+    def core_sequence(self, core_in: Tensor, keep: Tensor, state: State) -> Tensor:
+        """The core's outputs `[T, B, lstm_size]` over a sequence `[T, B, core_input]` from `state`, the state
+        multiplied by `keep[t]` `[T, B, 1]` before step t (0 where an episode starts).
+
+        The same function as `core_step` step by step, arranged for the update: the LSTM's input projection is
+        one product over all T steps, leaving only the recurrent product inside the loop; the MLP core has no
+        recurrence at all."""
+        if self.spec.core != "lstm":
+            return torch.relu(self.mlp(core_in))
+        cell = self.lstm
+        gates_in = nn.functional.linear(core_in, cell.weight_ih, cell.bias_ih + cell.bias_hh)
+        h, c = state
+        recurrent = cell.weight_hh.t()
+        outputs = []
+        for t in range(core_in.shape[0]):
+            h, c = h * keep[t], c * keep[t]
+            i, f, g, o = torch.addmm(gates_in[t], h, recurrent).chunk(4, dim=1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            outputs.append(h)
+        return torch.stack(outputs)
+
     def encode(self, obs: Tensor) -> tuple[dict[str, Tensor], Tensor]:
         """Per-block entity embeddings `[rows, slots, embed]` and the LSTM's input `[rows, core_input]`."""
         pooled, embeddings = [], {}
@@ -205,9 +221,10 @@ class Policy(nn.Module):
             if x.shape[1] == 1:
                 pooled.append(emb[:, 0])
                 continue
+            # Embeddings are ReLU outputs (>= 0), so zeroing absent slots leaves the max over present ones, and 0
+            # where none is present.
             present = (x[..., 0] > 0.5).unsqueeze(-1)
-            best = emb.masked_fill(~present, MASKED_LOGIT).amax(dim=1)
-            pooled.append(torch.where(present.any(dim=1), best, torch.zeros_like(best)))
+            pooled.append((emb * present).amax(dim=1))
         return embeddings, torch.relu(self.combine(torch.cat(pooled, dim=-1)))
 
     def head_logits(self, core: Tensor, embeddings: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -217,7 +234,7 @@ class Policy(nn.Module):
         for head in self.spec.actions.heads:
             module = self.heads[head.name]
             if head.pointer_blocks:
-                logits[head.name] = module(core, torch.cat([embeddings[b] for b in head.pointer_blocks], dim=1))
+                logits[head.name] = module(core, [embeddings[b] for b in head.pointer_blocks])
             else:
                 logits[head.name] = module(core)
         return logits
@@ -258,7 +275,11 @@ class Policy(nn.Module):
 
 
 class PointerHead(nn.Module):
-    """Logits over entity slots: scaled dot products of a query from the core with per-entity keys."""
+    """Logits over entity slots: scaled dot products of a query from the core with per-entity keys.
+
+    The keys are never formed: q . (W e + b) = (W^T q) . e + q . b, so the query is taken back to the
+    entities' width once per row instead of a key computed for every slot (the update's costliest product
+    before)."""
 
     def __init__(self, core_size: int, embed_size: int, key_size: int) -> None:
         super().__init__()
@@ -266,9 +287,12 @@ class PointerHead(nn.Module):
         self.key = _layer(embed_size, key_size)
         self.scale = 1.0 / math.sqrt(key_size)
 
-    def forward(self, core: Tensor, entities: Tensor) -> Tensor:
-        """`core` [rows, core_size], `entities` [rows, slots, embed] -> logits [rows, slots]."""
-        return torch.einsum("rk,rsk->rs", self.query(core), self.key(entities)) * self.scale
+    def forward(self, core: Tensor, blocks: list[Tensor]) -> Tensor:
+        """`core` [rows, core_size], `blocks` of entities [rows, slots, embed] -> logits [rows, all slots in order]."""
+        query = self.query(core)
+        back = query @ self.key.weight
+        bias = (query @ self.key.bias).unsqueeze(-1)
+        return torch.cat([torch.einsum("re,rse->rs", back, b) + bias for b in blocks], dim=1) * self.scale
 
 
 def _layer(inputs: int, outputs: int, gain: float = math.sqrt(2)) -> nn.Linear:

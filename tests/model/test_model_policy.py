@@ -104,6 +104,29 @@ def test_bptt_from_a_stored_state_equals_running_the_whole_sequence(policy: Poli
         torch.testing.assert_close(full[16:], chunk, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("core", ["lstm", "mlp"])
+def test_the_update_sees_what_acting_saw_step_by_step(spec: ModelSpec, core: str) -> None:
+    """evaluate runs the core over a whole chunk at once (one input product, resets inside); its log-probs and values
+    must be those that acting one step at a time gave, across a reset at step 7."""
+    torch.manual_seed(3)
+    policy = Policy(replace(spec, core=core))
+    obs, masks = _sequence(spec, 16, 5, seed=9)
+    starts = torch.zeros(16, 5, dtype=torch.bool)
+    starts[7, 1:3] = True
+    h0 = (torch.randn(5, spec.lstm_size), torch.randn(5, spec.lstm_size))
+    state, actions, logps, values = h0, [], [], []
+    for t in range(16):
+        keep = (~starts[t]).float().unsqueeze(-1)
+        out = policy.act(obs[t], {k: v[t] for k, v in masks.items()}, (state[0] * keep, state[1] * keep))
+        actions.append(out.actions)
+        logps.append(out.logp)
+        values.append(out.value)
+        state = out.state
+    logp, _, value = policy.evaluate(obs, masks, torch.stack(actions), starts, h0)
+    torch.testing.assert_close(logp, torch.stack(logps), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(policy.value_norm.denormalize(value), torch.stack(values), rtol=1e-5, atol=1e-5)
+
+
 def test_a_done_inside_a_chunk_resets_the_state(policy: Policy, spec: ModelSpec) -> None:
     obs, masks = _sequence(spec, 16, 3, seed=6)
     actions = policy.act(
@@ -137,6 +160,29 @@ def test_absent_slots_do_not_change_the_output(policy: Policy, spec: ModelSpec) 
     a = policy.act(obs, masks, policy.initial_state(8), deterministic=True)
     b = policy.act(noisy, masks, policy.initial_state(8), deterministic=True)
     torch.testing.assert_close(a.value, b.value)
+
+
+def test_pointer_logits_and_pooling_equal_their_textbook_forms(policy: Policy, spec: ModelSpec) -> None:
+    """The pointer head never forms per-slot keys and pooling never fills absent slots; both must still equal the
+    scaled dot product with every slot's key and the max over present slots (0 where none is)."""
+    obs, masks = random_inputs(spec, 32, np.random.default_rng(11))
+    start = spec.obs.offset("creeps")
+    obs[:4, start : start + spec.obs.block("creeps").size] = 0.0  # rows 0-3 see no creep
+    embeddings, core_in = policy.encode(torch.as_tensor(obs))
+    pooled = []
+    for name, x in spec.obs.split(torch.as_tensor(obs)).items():
+        if x.shape[1] == 1:
+            pooled.append(embeddings[name][:, 0])
+            continue
+        present = (x[..., 0] > 0.5).unsqueeze(-1)
+        best = embeddings[name].masked_fill(~present, -1e9).amax(dim=1)
+        pooled.append(torch.where(present.any(dim=1), best, torch.zeros_like(best)))
+    torch.testing.assert_close(core_in, torch.relu(policy.combine(torch.cat(pooled, dim=-1))))
+    core = torch.randn(32, spec.lstm_size)
+    head = policy.heads["target"]
+    keys = head.key(torch.cat([embeddings["enemies"], embeddings["creeps"]], dim=1))
+    textbook = torch.einsum("rk,rsk->rs", head.query(core), keys) * head.scale
+    torch.testing.assert_close(policy.head_logits(core, embeddings)["target"], textbook)
 
 
 @pytest.mark.parametrize(

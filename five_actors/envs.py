@@ -1,9 +1,11 @@
 """Which environment a run trains on: the `[env]` config section and the one place that builds it.
 
 `id = "lane"` is the built-in lane game (two teams, self-play); `id = "gymnasium:ENV_ID"` is a
-registered gymnasium environment, and `factory = "package.module:function"` a user's own (a
-function of no arguments returning a gymnasium.Env). Both of the latter are single-agent: one
-team, no opponent pool, evaluated by mean episode return (five_actors.game.gymnasium_env).
+registered gymnasium environment, `id = "pettingzoo:package.module"` a PettingZoo environment module
+whose `parallel_env()` makes one copy, and `factory = "package.module:function"` a user's own (a
+function of no arguments returning a gymnasium.Env or a PettingZoo ParallelEnv). All but the lane
+game are external environments: one team, the latest policy playing every agent, no opponent pool,
+evaluated by mean episode return (five_actors.game.gymnasium_env, five_actors.game.pettingzoo_env).
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ if TYPE_CHECKING:
     from five_actors.game.config import GameConfig
     from five_actors.game.gymnasium_env import GymBatchEnv
     from five_actors.game.layout import BatchEnv
+    from five_actors.game.pettingzoo_env import ParallelBatchEnv
 
 LANE = "lane"
 GYMNASIUM = "gymnasium:"
+PETTINGZOO = "pettingzoo:"
 
 
 @dataclass(frozen=True)
@@ -30,9 +34,10 @@ class EnvConfig:
     """The environment of a run: the lane game, a gymnasium id, or a user's factory."""
 
     id: str = LANE
-    """"lane" (the built-in game, self-play) or "gymnasium:ENV_ID" (e.g. "gymnasium:CartPole-v1")."""
+    """"lane" (the built-in game, self-play), "gymnasium:ENV_ID" (e.g. "gymnasium:CartPole-v1") or
+    "pettingzoo:package.module" (a module with `parallel_env()`, e.g. "pettingzoo:mpe2.simple_spread_v3")."""
     factory: str = ""
-    """"package.module:function" returning a gymnasium.Env; used instead of `id` when set."""
+    """"package.module:function" returning a gymnasium.Env or a PettingZoo ParallelEnv; used instead of `id`."""
 
     def __post_init__(self) -> None:
         if self.factory:
@@ -43,8 +48,12 @@ class EnvConfig:
                 raise ValueError(
                     f"env.factory and env.id name two environments ({self.factory!r}, {self.id!r}): set one"
                 )
-        elif self.id != LANE and not (self.id.startswith(GYMNASIUM) and len(self.id) > len(GYMNASIUM)):
-            raise ValueError(f"env.id must be 'lane' or 'gymnasium:ENV_ID', got {self.id!r}")
+        elif self.id != LANE and not any(
+            self.id.startswith(prefix) and len(self.id) > len(prefix) for prefix in (GYMNASIUM, PETTINGZOO)
+        ):
+            raise ValueError(
+                f"env.id must be 'lane', 'gymnasium:ENV_ID' or 'pettingzoo:package.module', got {self.id!r}"
+            )
 
     @property
     def is_lane(self) -> bool:
@@ -60,45 +69,65 @@ class EnvConfig:
 def make_env(env: EnvConfig, game: GameConfig, copies: int, seed: int) -> BatchEnv:
     """`copies` games of the run's environment as one BatchEnv (the lane game: `copies` lane games).
 
-    A gymnasium environment that cannot be made, or whose spaces are not supported, is a
-    GameError naming the environment and the space.
+    An environment that cannot be made, or whose spaces are not supported, is a GameError
+    (ConfigError for an id or factory that names nothing) naming the environment and the space.
     """
     if env.is_lane:
         from five_actors.game.env import LaneGame
 
         return LaneGame(dataclasses.replace(game, games_per_batch=copies, seed=seed))
-    return make_single_agent(env, copies, seed)
+    return make_external(env, copies, seed)
 
 
-def make_single_agent(env: EnvConfig, copies: int, seed: int) -> GymBatchEnv:
-    """`copies` copies of a single-agent (gymnasium) environment; the lane game is refused."""
+def make_external(env: EnvConfig, copies: int, seed: int) -> GymBatchEnv | ParallelBatchEnv:
+    """`copies` copies of an external (gymnasium or PettingZoo) environment; the lane game is refused."""
     from five_actors.game.gymnasium_env import GymBatchEnv
+    from five_actors.game.pettingzoo_env import ParallelBatchEnv, is_parallel_env
 
     if env.is_lane:
-        raise ConfigError("env.id: the lane game is not a single-agent environment")
-    return GymBatchEnv(_factory(env), copies, seed=seed)
+        raise ConfigError("env.id: the lane game is not an external environment")
+    factory = _factory(env)
+    first = factory()
+    if not is_parallel_env(first):
+        return GymBatchEnv(_reusing(first, factory), copies, seed=seed)
+    return ParallelBatchEnv(_reusing(first, factory), copies, seed=seed, name=env.name)
 
 
 def check_env(env: EnvConfig) -> None:
     """Make one copy of the environment and close it: refuses an unknown id or unsupported space before a run starts."""
     if not env.is_lane:
-        make_single_agent(env, 1, 0).close()
+        make_external(env, 1, 0).close()
+
+
+def _reusing(first: Any, factory: Callable[[], Any]) -> Callable[[], Any]:
+    """`factory`, whose first call hands back `first` (already made to see which API it speaks)."""
+    made = [first]
+
+    def make() -> Any:
+        return made.pop() if made else factory()
+
+    make.__name__ = getattr(factory, "__name__", "custom")
+    return make
 
 
 def _factory(env: EnvConfig) -> Callable[[], Any]:
-    """A function of no arguments that makes one gymnasium.Env."""
-    import gymnasium as gym
-
+    """A function of no arguments that makes one copy of the environment."""
     if env.factory:
         module_name, _, name = env.factory.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise ConfigError(f"env.factory {env.factory!r}: cannot import {module_name!r}: {exc}") from None
+        module = _import(module_name, f"env.factory {env.factory!r}")
         function = getattr(module, name, None)
         if not callable(function):
             raise ConfigError(f"env.factory {env.factory!r}: {module_name} has no function {name!r}")
         return _named(function, env.factory)
+    if env.id.startswith(PETTINGZOO):
+        module_name = env.id.removeprefix(PETTINGZOO)
+        module = _import(module_name, f"env.id {env.id!r}")
+        parallel_env = getattr(module, "parallel_env", None)
+        if not callable(parallel_env):
+            raise ConfigError(f"env.id {env.id!r}: {module_name} has no parallel_env() (PettingZoo's parallel API)")
+        return _named(parallel_env, env.id)
+    import gymnasium as gym
+
     env_id = env.id.removeprefix(GYMNASIUM)
     try:
         gym.spec(env_id)
@@ -112,6 +141,13 @@ def _factory(env: EnvConfig) -> Callable[[], Any]:
             raise GameError(f"env.id {env.id!r}: cannot make it: {exc}") from None
 
     return _named(make, env.id)
+
+
+def _import(module_name: str, what: str) -> Any:
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"{what}: cannot import {module_name!r}: {exc}") from None
 
 
 def _named(function: Callable[[], Any], name: str) -> Callable[[], Any]:

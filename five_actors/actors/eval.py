@@ -12,7 +12,7 @@ the scripted bot to RUN_DIR/replays/, and saves the ratings to RUN_DIR/eval/rati
 a resumed run reads back. Each round's TrueSkill goes to the ParamServer (EvalRating), which
 reverts a live surgery's change being annealed in when it falls too far.
 
-A single-agent environment (`[env]` other than the lane game) has no opponents: each round
+An external environment (`[env]` other than the lane game) has no opponents: each round
 plays `training.eval_games` episodes of the latest version on held-out seeds (the same ones
 every round, far from the training copies' seeds) and logs one `eval_result` event with the
 mean episode return and its 95% confidence interval; there are no ratings.
@@ -35,7 +35,7 @@ from five_actors.actors.inference import policy_from_params
 from five_actors.actors.messages import EvalRating, GetParams, GetStats, Params
 from five_actors.actors.play import EVAL_SEED_BASE, GameOutcome, play_episodes, play_round, summarize, summarize_returns
 from five_actors.actors.ratings import Ratings, load_state, save_state
-from five_actors.envs import make_single_agent
+from five_actors.envs import make_external
 from five_actors.errors import FiveActorsError
 from five_actors.game.bots import RandomBot, ScriptedBot
 from five_actors.game.config import GameConfig
@@ -47,7 +47,7 @@ from five_actors.supervisor.processes import DEVICE_ENV
 log = structlog.get_logger("five_actors.actors")
 
 EVAL_MAX_STEPS = 100_000
-"""Most steps of one single-agent evaluation round; episodes still running then are left out."""
+"""Most steps of one evaluation round of an external environment; episodes still running then are left out."""
 
 RATINGS_FILE = Path("eval") / "ratings.json"
 """Where, under the run directory, the evaluator keeps its ratings."""
@@ -204,9 +204,9 @@ class EvalActor(Actor):
         return self.last
 
     async def _evaluate_returns(self, version: int, policy: Policy) -> dict[str, Any]:
-        """A single-agent round: the mean return of `training.eval_games` episodes on the held-out seeds."""
+        """An external environment's round: the mean return of `training.eval_games` episodes on the held-out seeds."""
         started = time.monotonic()
-        env = await asyncio.to_thread(make_single_agent, self.config.env, self.training.eval_games, EVAL_SEED_BASE)
+        env = await asyncio.to_thread(make_external, self.config.env, self.training.eval_games, EVAL_SEED_BASE)
         try:
             returns = await asyncio.to_thread(play_episodes, env, policy, EVAL_SEED_BASE, EVAL_MAX_STEPS)
         finally:

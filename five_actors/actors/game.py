@@ -1,9 +1,9 @@
 """GameActor: steps a batch of games, acts through an InferenceActor, ships rollout chunks.
 
 The games are the run's environment (`[env]`, five_actors.envs): the lane game, or copies of a
-single-agent gymnasium environment (one row each, always the latest policy, no opponents; the
-returns of finished episodes are kept for `mean_return`). In the lane game every hero of both
-teams of every game is a row of one batch. At each game's start one team
+gymnasium environment (one row each) or of a PettingZoo parallel one (a row per agent), always the
+latest policy, no opponents; the returns of finished episodes are kept for `mean_return`). In the lane
+game every hero of both teams of every game is a row of one batch. At each game's start one team
 plays a past version from the ParamServer's opponent pool with probability
 `training.past_opponent_share`, else both teams play the latest policy. The past version's side
 alternates from one such game to the next in each game slot (slots start on alternate sides), so
@@ -257,8 +257,8 @@ class GameActor(Actor):
         return row_versions(self.opponents, self.past_team, self.game.agents_per_team)
 
     async def _pick_opponent(self, game: int) -> None:
-        """Decide at a game's start whether team 1 plays a past version (asked of the ParamServer); never in a
-        single-agent env."""
+        """Decide at a game's start whether team 1 plays a past version (asked of the ParamServer); never in an
+        external env."""
         self.opponents[game] = LATEST
         if not self.lane or self.rng.random() >= self.training.past_opponent_share:
             return

@@ -6,7 +6,7 @@
 It is built from the view of the tree (the actors' `status()`, as /actors shows it): the
 ParamServer's version, the GameActors' env steps (a rate over the last line), the learners'
 samples/s, staleness and sample reuse, and the EvalActor's latest win rate against the
-scripted bot (95% Wilson interval) and TrueSkill (random = 0). In a single-agent
+scripted bot (95% Wilson interval) and TrueSkill (random = 0). In an external
 environment the last two are the GameActors' mean return over their last 100 episodes and
 the EvalActor's mean return on held-out seeds (95% interval):
 

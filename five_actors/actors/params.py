@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from five_actors.config import Config
-from five_actors.envs import make_single_agent
+from five_actors.envs import make_external
 from five_actors.errors import TrainingError
 from five_actors.game.spec import action_spec, obs_spec
 from five_actors.model.policy import Policy
@@ -30,7 +30,7 @@ def model_spec(config: Config) -> ModelSpec:
     game = config.game
     if config.env.is_lane:
         return ModelSpec.build(obs_spec(game.version, game), action_spec(game.version, game), config.model)
-    env = make_single_agent(config.env, 1, config.training.seed)
+    env = make_external(config.env, 1, config.training.seed)
     try:
         return ModelSpec.build(env.obs_spec, env.action_spec, config.model)
     finally:

@@ -2,7 +2,7 @@
 
 Shared by the EvalActor (a round every few seconds of training) and `five-actors eval` (a
 checkpoint on the command line): both play with `play_round` and report with `summarize`.
-A single-agent environment has no opponent: `play_episodes` and `summarize_returns` instead.
+An external environment has no opponent: `play_episodes` and `summarize_returns` instead.
 """
 
 from __future__ import annotations
@@ -164,10 +164,10 @@ path + copy)."""
 
 
 def play_episodes(env: BatchEnv, policy: Policy, seed: int, max_steps: int) -> list[float]:
-    """The return of the first episode of each copy of a single-agent `env` (copy i seeded `seed + i`), the policy
+    """The return of the first episode of each row of an external `env` (copy i seeded `seed + i`), the policy
     sampling.
 
-    Copies whose episode has not ended within `max_steps` steps are left out.
+    Rows whose episode has not ended within `max_steps` steps are left out.
     """
     obs, masks = env.reset(seed)
     player = PolicyPlayer(policy, env.num_rows)

@@ -41,27 +41,12 @@ class GymBatchEnv:
         self.envs = [factory() for _ in range(num_envs)]
         self.num_games = num_envs
         self.seed = seed
-        self._obs_space = space = self.envs[0].observation_space
-        if not _flattenable(space):
-            raise GameError(
-                f"{self.name}: observation space {space} is not supported "
-                "(only Box, Discrete, MultiDiscrete, and Dict or Tuple of those are)"
-            )
-        self._obs_size = int(gym.spaces.flatdim(space))
-        self.obs_spec = ObsSpec((EntityBlock("self", 1, tuple(f"obs{i}" for i in range(self._obs_size))),))
-        self._nvec, self._start = _action_dims(self.envs[0].action_space, self.name)
-        types = tuple(f"a{i}" for i in range(self._nvec[0]))
-        heads = tuple(ActionHead(f"head{d}", int(n)) for d, n in enumerate(self._nvec[1:], start=1))
-        self.action_spec = ActionSpec(types, heads)
-        self._action_space = self.envs[0].action_space
-        fps = self.envs[0].metadata.get("render_fps")
-        self.seconds_per_step = 1.0 / float(fps) if fps else 1.0
+        self.spaces = Spaces(self.name, self.envs[0].observation_space, self.envs[0].action_space)
+        self.obs_spec, self.action_spec = self.spaces.obs_spec, self.spaces.action_spec
+        self.seconds_per_step = seconds_per_step(self.envs[0].metadata)
         """Game time per step, for a discount from a horizon in seconds (1 s when the env does not say)."""
         self._returns = np.zeros(num_envs, np.float64)
         self._lengths = np.zeros(num_envs, np.int64)
-        self._masks = {"type": np.ones((num_envs, len(types)), bool)}
-        for h in heads:
-            self._masks[h.name] = np.ones((num_envs, len(types), h.size), bool)
 
     @property
     def num_rows(self) -> int:
@@ -71,25 +56,24 @@ class GymBatchEnv:
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Reset every copy (copy i seeded `seed + i`); returns the first observations and masks."""
         base = self.seed if seed is None else seed
-        obs = np.stack([self._flat(e.reset(seed=base + i)[0]) for i, e in enumerate(self.envs)])
+        obs = np.stack([self.spaces.flat(e.reset(seed=base + i)[0]) for i, e in enumerate(self.envs)])
         self._returns[:] = 0.0
         self._lengths[:] = 0
-        return obs, self._copy_masks()
+        return obs, self.spaces.masks(self.num_rows)
 
     def step(self, actions: np.ndarray) -> Step:
         """Apply one action per row; rows whose episode ended are reset in the same call."""
-        actions = self._check(actions)
+        actions = self.spaces.check(actions, self.num_rows)
         rows = self.num_rows
-        obs = np.empty((rows, self._obs_size), np.float32)
+        obs = np.empty((rows, self.spaces.obs_size), np.float32)
         rewards = np.empty(rows, np.float32)
         dones = np.zeros(rows, bool)
         truncated = np.zeros(rows, bool)
         episode_return = np.zeros(rows, np.float32)
         episode_length = np.zeros(rows, np.int64)
-        final_obs = np.zeros((rows, self._obs_size), np.float32)
+        final_obs = np.zeros((rows, self.spaces.obs_size), np.float32)
         for i, env in enumerate(self.envs):
-            act = actions[i] + self._start
-            o, r, term, trunc, _ = env.step(_env_action(self._action_space, act, 0)[0])
+            o, r, term, trunc, _ = env.step(self.spaces.env_action(actions[i]))
             rewards[i] = r
             self._returns[i] += r
             self._lengths[i] += 1
@@ -97,41 +81,80 @@ class GymBatchEnv:
                 dones[i], truncated[i] = True, bool(trunc and not term)
                 episode_return[i], episode_length[i] = self._returns[i], self._lengths[i]
                 self._returns[i], self._lengths[i] = 0.0, 0
-                final_obs[i] = self._flat(o)
+                final_obs[i] = self.spaces.flat(o)
                 o, _ = env.reset()
-            obs[i] = self._flat(o)
+            obs[i] = self.spaces.flat(o)
         infos: dict[str, np.ndarray] = {
             "episode_return": episode_return,
             "episode_length": episode_length,
             "truncated": truncated,
             "final_obs": final_obs,
         }
-        return Step(obs, self._copy_masks(), rewards, dones, infos)
+        return Step(obs, self.spaces.masks(rows), rewards, dones, infos)
 
     def close(self) -> None:
         """Close every copy."""
         for env in self.envs:
             env.close()
 
-    def _flat(self, obs: object) -> np.ndarray:
-        return np.asarray(gym.spaces.flatten(self._obs_space, obs), np.float32).reshape(self._obs_size)
 
-    def _copy_masks(self) -> dict[str, np.ndarray]:
-        return {k: v.copy() for k, v in self._masks.items()}
+def seconds_per_step(metadata: dict[str, Any]) -> float:
+    """Game time per step from an environment's `render_fps` (1 s when it has none)."""
+    fps = metadata.get("render_fps")
+    return 1.0 / float(fps) if fps else 1.0
 
-    def _check(self, actions: np.ndarray) -> np.ndarray:
+
+class Spaces:
+    """One agent's observation and action spaces as the model's layout: a flat `self` block, and a row of action
+    columns (the first the type head, the others plain secondary heads, every mask all True)."""
+
+    def __init__(self, name: str, obs_space: gym.Space, action_space: gym.Space, extra: tuple[str, ...] = ()) -> None:
+        """`extra` names features the caller appends after the flattened observation (e.g. an agent's index)."""
+        self.name = name
+        self.obs_space, self.action_space = obs_space, action_space
+        if not _flattenable(obs_space):
+            raise GameError(
+                f"{name}: observation space {obs_space} is not supported "
+                "(only Box, Discrete, MultiDiscrete, and Dict or Tuple of those are)"
+            )
+        self.obs_size = int(gym.spaces.flatdim(obs_space))
+        features = tuple(f"obs{i}" for i in range(self.obs_size)) + extra
+        self.obs_spec = ObsSpec((EntityBlock("self", 1, features),))
+        self.nvec, self.start = _action_dims(action_space, name)
+        types = tuple(f"a{i}" for i in range(self.nvec[0]))
+        heads = tuple(ActionHead(f"head{d}", int(n)) for d, n in enumerate(self.nvec[1:], start=1))
+        self.action_spec = ActionSpec(types, heads)
+
+    def flat(self, obs: object) -> np.ndarray:
+        """One observation of the space as float32 `[obs_size]`."""
+        return np.asarray(gym.spaces.flatten(self.obs_space, obs), np.float32).reshape(self.obs_size)
+
+    def env_action(self, columns: np.ndarray) -> Any:
+        """One row of action columns as the space's action."""
+        return _env_action(self.action_space, columns + self.start, 0)[0]
+
+    def masks(self, rows: int) -> dict[str, np.ndarray]:
+        """All-True masks for `rows` rows."""
+        types = len(self.action_spec.types)
+        masks = {"type": np.ones((rows, types), bool)}
+        for head in self.action_spec.heads:
+            masks[head.name] = np.ones((rows, types, head.size), bool)
+        return masks
+
+    def check(self, actions: np.ndarray, rows: int) -> np.ndarray:
+        """`actions` as int64 `[rows, columns]`; GameError naming the row and column of one out of range."""
         actions = np.asarray(actions)
-        expected = (self.num_rows, self.action_spec.columns)
+        expected = (rows, self.action_spec.columns)
         if actions.shape != expected:
             raise GameError(f"{self.name}: actions have shape {actions.shape}, expected {expected}")
         if not np.issubdtype(actions.dtype, np.integer):
             raise GameError(f"{self.name}: actions must be integers, got dtype {actions.dtype}")
-        bad = (actions < 0) | (actions >= self._nvec)
+        bad = (actions < 0) | (actions >= self.nvec)
         if bad.any():
             row, col = map(int, np.argwhere(bad)[0])
             raise GameError(
                 f"{self.name}: action column {col} of row {row} is {int(actions[row, col])}, outside "
-                f"0..{int(self._nvec[col]) - 1}"
+                f"0..{int(self.nvec[col]) - 1}"
             )
         return actions.astype(np.int64)
 

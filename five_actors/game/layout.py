@@ -159,7 +159,7 @@ class BatchEnv(Protocol):
     obs_spec: ObsSpec
     action_spec: ActionSpec
     teams: int
-    """Sides per game (2 for the lane game, 1 for a single-agent gymnasium env)."""
+    """Sides per game (2 for the lane game, 1 for an external gymnasium or PettingZoo env)."""
     agents_per_team: int
     num_games: int
 

@@ -12,7 +12,7 @@ import torch
 
 from five_actors.actors.params import model_spec
 from five_actors.config import load_config
-from five_actors.envs import EnvConfig, make_env, make_single_agent
+from five_actors.envs import EnvConfig, make_env, make_external
 from five_actors.errors import ConfigError
 from five_actors.game.config import GameConfig
 from five_actors.model.config import ModelConfig
@@ -24,7 +24,7 @@ FACTORIES = "tests.actors.gym_factories"
 
 
 def test_env_config_refuses_unknown_ids_and_two_environments() -> None:
-    with pytest.raises(ConfigError, match="env.id must be 'lane' or 'gymnasium:ENV_ID'"):
+    with pytest.raises(ConfigError, match="env.id must be 'lane', 'gymnasium:ENV_ID' or 'pettingzoo:package.module'"):
         load_config("smoke", ["env.id=CartPole-v1"])
     with pytest.raises(ConfigError, match="name two environments"):
         load_config("smoke", ["env.id=gymnasium:CartPole-v1", f"env.factory={FACTORIES}:dict_observations"])
@@ -33,7 +33,7 @@ def test_env_config_refuses_unknown_ids_and_two_environments() -> None:
 
 
 def test_a_dict_observation_is_flattened_and_a_tuple_action_is_one_column_per_choice() -> None:
-    env = make_single_agent(EnvConfig(factory=f"{FACTORIES}:dict_observations"), 3, seed=5)
+    env = make_external(EnvConfig(factory=f"{FACTORIES}:dict_observations"), 3, seed=5)
     obs, masks = env.reset()
     assert obs.shape == (3, 3 + 2)  # Discrete(3) one-hot, then the Box (gymnasium's Dict order is by key)
     assert np.allclose(obs[:, :3].sum(1), 1.0)
@@ -46,7 +46,7 @@ def test_a_dict_observation_is_flattened_and_a_tuple_action_is_one_column_per_ch
 
 
 def test_an_mlp_core_plays_and_trains_with_the_state_shape_of_the_lstm() -> None:
-    env = make_single_agent(EnvConfig(id="gymnasium:CartPole-v1"), 4, seed=0)
+    env = make_external(EnvConfig(id="gymnasium:CartPole-v1"), 4, seed=0)
     spec = ModelSpec.build(env.obs_spec, env.action_spec, ModelConfig(core="mlp", lstm_size=16))
     policy = Policy(spec)
     assert not hasattr(policy, "lstm") and "mlp.weight" in policy.state_dict()

@@ -14,9 +14,12 @@ Refused, with a `params_refused` log line and a count, never stored: parameters 
 architecture, of the wrong names or shapes, or not newer than the latest version.
 
 Surgery (the Surgery message, issue 6's hot swap), on threads while the actor keeps serving.
-First the probes, while the learners' publishes are still taken; then the pause: only the
-latest version is operated and verified, with Adam's moments, while PublishParams and
-OptimizerState are refused (work of the old architecture that the surgery would not carry).
+First the probes, and the latest version (with Adam's moments) operated and verified on all of
+them, while the learners' publishes are still taken; then the pause: PublishParams and
+OptimizerState are refused (work of the old architecture that the surgery would not carry), and a
+version published meanwhile is operated in its turn and verified on the probes' first
+`PAUSE_PROBE_STEPS` steps (the same operations were just verified in full, so the pause does not
+grow with `probe_steps`).
 The result becomes version latest+1 of the new architecture, every subscriber hears
 ParamsAvailable with the new arch, and it is checkpointed: a refusal so far changes nothing.
 The pool's members leave the pool meanwhile (none is handed out in the old architecture) and
@@ -71,7 +74,14 @@ from five_actors.model.policy import Policy
 from five_actors.model.spec import ModelSpec
 from five_actors.runtime.actor import Actor, message
 from five_actors.surgery.anneal import GAME_VERSION, Annealing
-from five_actors.surgery.live import LiveResult, live_surgery, operate_past, prepare, state_to_arrays
+from five_actors.surgery.live import (
+    PAUSE_PROBE_STEPS,
+    LiveResult,
+    live_surgery,
+    operate_past,
+    prepare,
+    state_to_arrays,
+)
 from five_actors.surgery.ops import SurgeryOp
 from five_actors.surgery.verify import Probes
 
@@ -317,13 +327,14 @@ class ParamServerActor(Actor):
             spec, seed, started = self.spec, self.training.seed, time.perf_counter()
             try:
                 ops, probes = await asyncio.to_thread(prepare, words, spec, self.game, probe_steps, seed)
-                latest = self.version
-                members = [v for v in {latest, *self.pool.versions} if v in self.versions] if dry_run else [latest]
-                self._swapping = not dry_run
-                paused = time.perf_counter()
-                optimizer = self.optimizer[1] if self.optimizer is not None else None
-                versions = {v: self.versions[v] for v in members}
-                result = await asyncio.to_thread(live_surgery, ops, probes, spec, versions, latest, optimizer, seed)
+                if dry_run:
+                    latest = self.version
+                    members = [v for v in {latest, *self.pool.versions} if v in self.versions]
+                    versions = {v: self.versions[v] for v in members}
+                    optimizer = self.optimizer[1] if self.optimizer is not None else None
+                    result = await asyncio.to_thread(live_surgery, ops, probes, spec, versions, latest, optimizer, seed)
+                else:
+                    result, latest, paused = await self._operate_latest(ops, probes, spec, seed)
             except SurgeryRejected as exc:
                 self._reject(words, str(exc))
             report = {**result.report, "dry_run": dry_run, "version_from": latest}
@@ -355,6 +366,44 @@ class ParamServerActor(Actor):
         finally:
             self._surgery = None
             self._swapping = False
+
+    async def _operate_latest(
+        self, ops: list[SurgeryOp], probes: Probes, spec: ModelSpec, seed: int
+    ) -> tuple[LiveResult, int, float]:
+        """The latest version operated and verified, then the pause begun (publishes refused): verified on every probe
+        step on a snapshot while publishes are still taken; in the pause, a version published since (or new moments)
+        is operated again and checked on the first PAUSE_PROBE_STEPS. Returns the result, its version and when the
+        pause began (time.perf_counter)."""
+        snapshot, moments = self.version, self.optimizer
+        checked = await asyncio.to_thread(
+            live_surgery,
+            ops,
+            probes,
+            spec,
+            {snapshot: self.versions[snapshot]},
+            snapshot,
+            None if moments is None else moments[1],
+            seed,
+        )
+        self._swapping = True
+        paused = time.perf_counter()
+        latest = self.version
+        if latest == snapshot and self.optimizer is moments:
+            return checked, latest, paused
+        optimizer = self.optimizer[1] if self.optimizer is not None else None
+        result = await asyncio.to_thread(
+            live_surgery,
+            ops,
+            probes.head(PAUSE_PROBE_STEPS),
+            spec,
+            {latest: self.versions[latest]},
+            latest,
+            optimizer,
+            seed,
+        )
+        result.report["verification"] = checked.report["verification"] | result.report["verification"]
+        result.report["verified_before_pause"] = snapshot
+        return result, latest, paused
 
     async def _adopt(self, latest: int, result: LiveResult) -> tuple[int, float]:
         """Make the operated latest version the run's, as version latest+1 of the new arch; the other pool members

@@ -8,8 +8,10 @@ games, and turns the results back into arrays. It never touches the caller's arr
 surgery raises SurgeryRejected and the caller keeps what it had.
 
 In three steps, so that training pauses only for the second: `prepare` (parse, record probes)
-while the learners go on; `live_surgery` on the latest version (with Adam's moments); then
-`operate_past` on each of the pool's past versions, which never change, after the hand-over.
+while the learners go on, and `live_surgery` on a snapshot of the latest version, verified on all the
+probes; then, in the pause, `live_surgery` on the version that is latest by then (with Adam's moments),
+verified on the probes' first PAUSE_PROBE_STEPS steps (none when the snapshot is still the latest);
+then `operate_past` on each of the pool's past versions, which never change, after the hand-over.
 """
 
 from __future__ import annotations
@@ -74,6 +76,10 @@ def state_to_arrays(state: ModelState) -> tuple[Arrays, Arrays | None]:
     }
     return params, moments
 
+
+PAUSE_PROBE_STEPS = 16
+"""Probe steps a live surgery verifies the latest version on inside the pause: the full probes were verified on a
+snapshot of a version moments older just before it, so the pause need not grow with `probe_steps`."""
 
 MAX_PROBE_STEPS = 4096
 """Most lane-game steps a surgery records its probes over (the surgery holds its lock meanwhile; 10**9 held it for

@@ -59,6 +59,15 @@ class Probes:
     def rows(self) -> int:
         return int(self.obs.shape[1])
 
+    def head(self, steps: int) -> Probes:
+        """The first `steps` steps (all of them when there are fewer)."""
+        return dataclasses.replace(
+            self,
+            obs=self.obs[:steps],
+            masks={k: v[:steps] for k, v in self.masks.items()},
+            starts=self.starts[:steps],
+        )
+
 
 @dataclass
 class Verification:

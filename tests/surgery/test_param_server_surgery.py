@@ -152,6 +152,31 @@ async def test_with_a_pool_of_32_the_new_architecture_plays_within_seconds_and_t
         assert {k: v.shape for k, v in (await ref.ask(GetParams(member))).state.items()} == shapes, member
 
 
+async def test_the_pause_does_not_grow_with_probe_steps(system: ActorSystem, tmp_path: Path) -> None:
+    """At the CLI's 256 probe steps the full verification runs on a snapshot while publishes are still taken; the
+    version published meanwhile is operated in the pause and checked on the first 16 steps (it was 8.7 s of pause on a
+    live smoke tree when the pause verified all 256)."""
+    config = load_config("smoke")
+    server = ParamServerActor(config=config, run_dir=str(tmp_path))
+    ref = system.spawn(server, "/params")
+    assert await system.wait_started(ref) is None
+    base = state_arrays(initial_policy(server.spec, 1))
+    old = server.arch
+    version = 1
+    await ref.tell(PublishParams(version, old, server.spec.to_dict(), base, learner_steps=version))
+    surgery = asyncio.ensure_future(ref.ask(Surgery(["widen-lstm", "48"], probe_steps=256), timeout=300))
+    while server.arch == old:  # the learners publish on, every 50 ms, until the new architecture is announced
+        version += 1
+        await ref.tell(PublishParams(version, old, server.spec.to_dict(), base, learner_steps=version))
+        await asyncio.sleep(0.05)
+    report = await surgery
+    snapshot, latest = report["verified_before_pause"], report["version_from"]
+    assert snapshot < latest and report["version_to"] == latest + 1
+    checks = report["verification"]
+    assert checks[str(snapshot)]["steps"] == 256 and checks[str(latest)]["steps"] == 16
+    assert report["pause_seconds"] < 2.0, report
+
+
 async def heard(listener: Listener, shares: dict[str, float]) -> None:
     """Wait until the listener's latest ParamsAvailable carried `shares` (tells arrive on their own time)."""
     for _ in range(100):

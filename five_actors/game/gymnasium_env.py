@@ -2,10 +2,11 @@
 
 The observation is one `self` block with one slot: a Box flattened, a Discrete or
 MultiDiscrete one-hot, a Dict or Tuple of those flattened in gymnasium's order
-(`gymnasium.spaces.flatten`). An action space of Discrete and one-dimensional MultiDiscrete
-parts (one of them, or a Dict or Tuple of them, parts in the space's order) is a row of
-columns, one per Discrete and one per MultiDiscrete dimension: the first column is the type
-head, each further one a plain secondary head, used by every type. Every
+(`gymnasium.spaces.flatten`). An action space of Discrete, one-dimensional MultiDiscrete and
+floating-point Box parts (one of them, or a Dict or Tuple of them, parts in the space's order) is a
+row of columns, one per Discrete and one per MultiDiscrete dimension: the first column is the type
+head, each further one a plain secondary head, used by every type; then one column per Box
+element, a Gaussian head's real value (clipped to the Box's bounds on its way to the env). Every
 mask is all True. Games reset automatically: on a done row `obs` is already the next
 episode's first observation, `infos["final_obs"]` holds the finished episode's last one, and
 `infos["episode_return"]` / `infos["episode_length"]` its totals (0 on other rows).
@@ -22,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from five_actors.errors import GameError
-from five_actors.game.layout import ActionHead, ActionSpec, EntityBlock, ObsSpec, Step
+from five_actors.game.layout import ActionHead, ActionSpec, EntityBlock, ObsSpec, Step, decode_continuous
 
 EnvFactory = Callable[[], gym.Env]
 
@@ -106,7 +107,8 @@ def seconds_per_step(metadata: dict[str, Any]) -> float:
 
 class Spaces:
     """One agent's observation and action spaces as the model's layout: a flat `self` block, and a row of action
-    columns (the first the type head, the others plain secondary heads, every mask all True)."""
+    columns: the first the type head, the others plain secondary heads (every mask all True), then the real values of
+    the Box parts (a Gaussian head). An action space of Box parts only gets a type head of one choice in front."""
 
     def __init__(self, name: str, obs_space: gym.Space, action_space: gym.Space, extra: tuple[str, ...] = ()) -> None:
         """`extra` names features the caller appends after the flattened observation (e.g. an agent's index)."""
@@ -120,18 +122,22 @@ class Spaces:
         self.obs_size = int(gym.spaces.flatdim(obs_space))
         features = tuple(f"obs{i}" for i in range(self.obs_size)) + extra
         self.obs_spec = ObsSpec((EntityBlock("self", 1, features),))
-        self.nvec, self.start = _action_dims(action_space, name)
-        types = tuple(f"a{i}" for i in range(self.nvec[0]))
-        heads = tuple(ActionHead(f"head{d}", int(n)) for d, n in enumerate(self.nvec[1:], start=1))
-        self.action_spec = ActionSpec(types, heads)
+        nvec, start, continuous = _action_dims(action_space, name)
+        self.choices = np.array(nvec or [1], np.int64)
+        """Choices per discrete column (a stand-in type column of one choice when the space has no discrete part)."""
+        self.start = np.array(start or [0], np.int64)
+        types = tuple(f"a{i}" for i in range(self.choices[0]))
+        heads = tuple(ActionHead(f"head{d}", int(n)) for d, n in enumerate(self.choices[1:], start=1))
+        self.action_spec = ActionSpec(types, heads, continuous=continuous)
 
     def flat(self, obs: object) -> np.ndarray:
         """One observation of the space as float32 `[obs_size]`."""
         return np.asarray(gym.spaces.flatten(self.obs_space, obs), np.float32).reshape(self.obs_size)
 
     def env_action(self, columns: np.ndarray) -> Any:
-        """One row of action columns as the space's action."""
-        return _env_action(self.action_space, columns + self.start, 0)[0]
+        """One row of action columns as the space's action (real values clipped to their Box's bounds)."""
+        discrete = len(self.choices)
+        return _env_action(self.action_space, columns[:discrete] + self.start, decode_continuous(columns[discrete:]))
 
     def masks(self, rows: int) -> dict[str, np.ndarray]:
         """All-True masks for `rows` rows."""
@@ -142,20 +148,26 @@ class Spaces:
         return masks
 
     def check(self, actions: np.ndarray, rows: int) -> np.ndarray:
-        """`actions` as int64 `[rows, columns]`; GameError naming the row and column of one out of range."""
+        """`actions` as int64 `[rows, columns]`; GameError naming the row and column of a choice out of range or a
+        real value that is not finite."""
         actions = np.asarray(actions)
         expected = (rows, self.action_spec.columns)
         if actions.shape != expected:
             raise GameError(f"{self.name}: actions have shape {actions.shape}, expected {expected}")
         if not np.issubdtype(actions.dtype, np.integer):
             raise GameError(f"{self.name}: actions must be integers, got dtype {actions.dtype}")
-        bad = (actions < 0) | (actions >= self.nvec)
+        discrete = len(self.choices)
+        bad = (actions[:, :discrete] < 0) | (actions[:, :discrete] >= self.choices)
         if bad.any():
             row, col = map(int, np.argwhere(bad)[0])
             raise GameError(
                 f"{self.name}: action column {col} of row {row} is {int(actions[row, col])}, outside "
-                f"0..{int(self.nvec[col]) - 1}"
+                f"0..{int(self.choices[col]) - 1}"
             )
+        real = decode_continuous(actions[:, discrete:])
+        if not np.isfinite(real).all():
+            row, col = map(int, np.argwhere(~np.isfinite(real))[0])
+            raise GameError(f"{self.name}: real action value {col} of row {row} is {real[row, col]}")
         return actions.astype(np.int64)
 
 
@@ -178,10 +190,11 @@ def _parts(space: gym.Space) -> list[gym.Space]:
     return [space]
 
 
-def _action_dims(space: gym.Space, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """(choices per column, offset added to each column) for a supported action space."""
+def _action_dims(space: gym.Space, name: str) -> tuple[list[int], list[int], int]:
+    """(choices per discrete column, offset added to each, real-valued dimensions) of a supported action space."""
     nvec: list[int] = []
     start: list[int] = []
+    continuous = 0
     for part in _parts(space):
         if isinstance(part, gym.spaces.Discrete):
             nvec.append(int(part.n))
@@ -189,25 +202,36 @@ def _action_dims(space: gym.Space, name: str) -> tuple[np.ndarray, np.ndarray]:
         elif isinstance(part, gym.spaces.MultiDiscrete) and part.nvec.ndim == 1:
             nvec += part.nvec.astype(np.int64).tolist()
             start += part.start.astype(np.int64).tolist()
+        elif isinstance(part, gym.spaces.Box) and np.issubdtype(part.dtype, np.floating):
+            continuous += int(np.prod(part.shape))
         else:
             raise GameError(
                 f"{name}: action space {space} is not supported "
-                "(only Discrete, one-dimensional MultiDiscrete, and Dict or Tuple of those are)"
+                "(only Discrete, one-dimensional MultiDiscrete, floating-point Box, and Dict or Tuple of those are)"
             )
-    return np.array(nvec, np.int64), np.array(start, np.int64)
+    return nvec, start, continuous
 
 
-def _env_action(space: gym.Space, columns: np.ndarray, first: int) -> tuple[Any, int]:
-    """The env's action read from `columns[first:]`, and the column after it."""
-    if isinstance(space, gym.spaces.Discrete):
-        return int(columns[first]), first + 1
-    if isinstance(space, gym.spaces.MultiDiscrete):
-        end = first + len(space.nvec)
-        return columns[first:end].copy(), end
-    values = []
-    for part in _parts(space):
-        value, first = _env_action(part, columns, first)
-        values.append(value)
+def _env_action(space: gym.Space, discrete: np.ndarray, real: np.ndarray) -> Any:
+    """The env's action: its discrete parts read from the front of `discrete`, its Box parts from the front of `real`
+    (both consumed in the space's order)."""
+    at = [0, 0]
+
+    def read(part: gym.Space) -> Any:
+        if isinstance(part, gym.spaces.Discrete):
+            at[0] += 1
+            return int(discrete[at[0] - 1])
+        if isinstance(part, gym.spaces.MultiDiscrete):
+            at[0] += len(part.nvec)
+            return discrete[at[0] - len(part.nvec) : at[0]].copy()
+        assert isinstance(part, gym.spaces.Box)
+        size = int(np.prod(part.shape))
+        at[1] += size
+        value = real[at[1] - size : at[1]].reshape(part.shape)
+        return np.clip(value, part.low, part.high).astype(part.dtype)
+
     if isinstance(space, gym.spaces.Dict):
-        return dict(zip(space.spaces, values, strict=True)), first
-    return tuple(values), first
+        return {key: read(part) for key, part in space.spaces.items()}
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(read(part) for part in space.spaces)
+    return read(space)

@@ -9,8 +9,9 @@ The first feature of every block with more than one slot is `present` (1.0 when 
 holds a visible entity, else 0.0, and the slot's other features are 0.0): the model pools
 over present slots only.
 
-Actions are one int64 array `[rows, 1 + len(ActionSpec.heads)]`: column 0 is the action type,
-column 1 + h the choice of secondary head h (ignored when the type does not use that head).
+Actions are one int64 array `[rows, ActionSpec.columns]`: column 0 is the action type, column
+1 + h the choice of secondary head h (ignored when the type does not use that head), and after
+them the `ActionSpec.continuous` real values of a Gaussian head, each the bits of a float64.
 Masks are a dict of bool arrays: `masks["type"]` is `[rows, n_types]`; for each secondary head
 `masks[head.name]` is `[rows, n_types, head.size]`, the legal choices of that head given each
 type. A pointer head chooses among the slots of its `pointer_blocks`, in block order.
@@ -105,6 +106,9 @@ class ActionSpec:
     heads: tuple[ActionHead, ...] = ()
     uses: tuple[tuple[bool, ...], ...] = field(default=())
     """uses[type][head]: whether an action of that type uses that secondary head."""
+    continuous: int = 0
+    """Real-valued dimensions (a Gaussian head, used by every type), in the columns after the secondary heads'; a value
+    rides in its int64 column as the bits of a float64 (encode_continuous, decode_continuous)."""
 
     def __post_init__(self) -> None:
         if not self.uses:
@@ -114,7 +118,7 @@ class ActionSpec:
 
     @property
     def columns(self) -> int:
-        return 1 + len(self.heads)
+        return 1 + len(self.heads) + self.continuous
 
     def mask_shapes(self, *lead: int) -> dict[str, tuple[int, ...]]:
         """The shape of every mask after the leading axes `lead` (rows, or steps and rows): `type` one flag per
@@ -125,16 +129,30 @@ class ActionSpec:
         return np.array(self.uses, dtype=bool).reshape(len(self.types), len(self.heads))
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready description; without continuous dimensions it is what it was before they existed, so the
+        hashes of those architectures are unchanged."""
         return {
             "types": list(self.types),
             "heads": [[h.name, h.size, list(h.pointer_blocks)] for h in self.heads],
             "uses": [list(u) for u in self.uses],
+            **({"continuous": self.continuous} if self.continuous else {}),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ActionSpec:
         heads = tuple(ActionHead(n, int(s), tuple(p)) for n, s, p in data["heads"])
-        return cls(tuple(data["types"]), heads, tuple(tuple(bool(x) for x in u) for u in data["uses"]))
+        uses = tuple(tuple(bool(x) for x in u) for u in data["uses"])
+        return cls(tuple(data["types"]), heads, uses, int(data.get("continuous", 0)))
+
+
+def encode_continuous(values: np.ndarray) -> np.ndarray:
+    """Real action values `[..., d]` as the int64 action columns that carry them (the bits of their float64)."""
+    return np.ascontiguousarray(values, dtype=np.float64).view(np.int64)
+
+
+def decode_continuous(columns: np.ndarray) -> np.ndarray:
+    """The real values `[..., d]` that int64 action columns carry (encode_continuous's inverse)."""
+    return np.ascontiguousarray(columns, dtype=np.int64).view(np.float64)
 
 
 @dataclass

@@ -11,7 +11,9 @@ and is never read back, and c stays 0.
 
 A pointer head attends from the core output over the entity embeddings of the blocks it
 points at. Sampling and log-probabilities respect the masks; the log-probability and
-entropy of an action add only the secondary heads that its type uses.
+entropy of an action add only the secondary heads that its type uses. Real-valued actions
+(`spec.actions.continuous`) come from a Gaussian head: a linear mean from the core and a learned
+log standard deviation per dimension; their values ride in the action columns as float64 bits.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ class ActOutput:
     """What one forward pass for acting returns, per row."""
 
     actions: Tensor
-    """int64 [rows, 1 + heads]: the type, then each secondary head's choice (0 when unused)."""
+    """int64 [rows, columns]: the type, then each secondary head's choice (0 when unused), then the Gaussian head's
+    values as float64 bits."""
     logp: Tensor
     """float [rows]: log-probability of the whole action under the policy."""
     value: Tensor
@@ -86,6 +89,10 @@ class Policy(nn.Module):
                 self.heads[head.name] = PointerHead(spec.lstm_size, spec.entity_embed, spec.pointer_key)
             else:
                 self.heads[head.name] = _layer(spec.lstm_size, head.size, gain=0.01)
+        if spec.actions.continuous:
+            self.mean_head = _layer(spec.lstm_size, spec.actions.continuous, gain=0.01)
+            self.log_std = nn.Parameter(torch.zeros(spec.actions.continuous))
+            """The Gaussian head's log standard deviations: learned, the same for every state (std 1 at first)."""
         self.value_head = _layer(spec.lstm_size, 1, gain=1.0)
         self.value_norm = ValueNorm()
         self.register_buffer("uses", torch.as_tensor(spec.actions.uses_array()), persistent=False)
@@ -262,7 +269,20 @@ class Policy(nn.Module):
             logp = logp + torch.where(used, head_logp, torch.zeros_like(head_logp))
             entropy = entropy + torch.where(used, head_entropy, torch.zeros_like(head_entropy))
             columns.append(torch.where(used, choice, torch.zeros_like(choice)))
-        return torch.stack(columns, dim=1), logp, entropy
+        chosen = torch.stack(columns, dim=1)
+        dims = self.spec.actions.continuous
+        if not dims:
+            return chosen, logp, entropy
+        mean = self.mean_head(core)
+        log_std = self.log_std.expand_as(mean)
+        if actions is not None:
+            value = actions[:, -dims:].contiguous().view(torch.float64).to(mean.dtype)
+        else:
+            value = mean if deterministic else mean + log_std.exp() * torch.randn_like(mean)
+        gaussian = -0.5 * ((value - mean) / log_std.exp()).square() - log_std - 0.5 * math.log(2 * math.pi)
+        logp = logp + gaussian.sum(-1)
+        entropy = entropy + (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
+        return torch.cat([chosen, value.to(torch.float64).view(torch.int64)], dim=1), logp, entropy
 
     def _feature_name(self, column: int) -> str:
         start = 0

@@ -268,7 +268,7 @@ def widen_lstm(edit: Edit, size: int, rng: torch.Generator) -> None:
     edit.grow("lstm.weight_hh", (4 * size, size), (gates, units), _random_rows((4 * size, size), gates, rng))
     edit.grow("lstm.bias_ih", (4 * size,), (gates,))
     edit.grow("lstm.bias_hh", (4 * size,), (gates,))
-    readers = ["type_head.weight", "value_head.weight"]
+    readers = ["type_head.weight", "value_head.weight", *(["mean_head.weight"] if edit.spec.actions.continuous else [])]
     readers += [
         f"heads.{h.name}.query.weight" if h.pointer_blocks else f"heads.{h.name}.weight"
         for h in edit.spec.actions.heads

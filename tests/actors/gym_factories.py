@@ -57,3 +57,31 @@ def text_observations() -> gym.Env:  # type: ignore[type-arg]
 def dict_observations() -> gym.Env:  # type: ignore[type-arg]
     """The Dict-observation environment."""
     return DictObservations()
+
+
+class Target(gym.Env):  # type: ignore[type-arg]
+    """A real-valued action: each step shows a target in [-1, 1] and pays -(action - target)^2; 16 steps an
+    episode (truncated). Random play (std 1 around 0) scores about -21 an episode, the best 0."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._steps = 0
+        return self._observe(), {}
+
+    def step(self, action: np.ndarray) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        assert self.action_space.contains(action), action
+        reward = -float((action[0] - self._target) ** 2)
+        self._steps += 1
+        return self._observe(), reward, False, self._steps >= 16, {}
+
+    def _observe(self) -> np.ndarray:
+        self._target = float(self.np_random.uniform(-1, 1))
+        return np.array([self._target], np.float32)
+
+
+def target() -> gym.Env:  # type: ignore[type-arg]
+    """The real-valued-action environment."""
+    return Target()

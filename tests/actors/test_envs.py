@@ -160,3 +160,24 @@ def test_bench_env_train_reports_frames_to_target_and_whether_it_stays(tmp_path:
     assert run["frames_to_target"] is not None and run["frames_to_target"] >= 100 * 8
     assert 0 < run["seconds_to_target"] < 60 and run["best_mean_return"] >= 40
     assert run["stays"] == (run["min_return_after_target"] >= 0.9 * 40)
+
+
+@pytest.mark.timeout(300)
+def test_up_trains_a_real_valued_action(tmp_path: Path) -> None:
+    """A Box action on the five actors: its values cross the wire as float64 bits in the int64 action columns, and
+    the EvalActor's mean return leaves random play (about -21 an episode) behind."""
+    run_dir = tmp_path / "run"
+    args = ["up", "--config", "cartpole", "--run-dir", str(run_dir), "--port", "0", "--duration", "150"]
+    overrides = ["env.id=lane", f"env.factory={FACTORIES}:target", "ppo.horizon_seconds=2.0", "ppo.entropy_coef=0.0"]
+    proc = Proc([*args, *(a for o in overrides for a in ("--set", o))], tmp_path, "up")
+    try:
+        best = wait_until(
+            lambda: [e for e in log_events(run_dir, "eval_result") if e["mean_return"] > -8.0],
+            timeout=240,
+            what="an eval round's mean return above -8 (random play: about -21)",
+        )[0]
+        assert best["episodes"] == 10
+        rounds = log_events(run_dir, "eval_result")
+        assert rounds[0]["mean_return"] < best["mean_return"]
+    finally:
+        proc.kill()

@@ -6,6 +6,7 @@ import pytest
 
 from five_actors.errors import GameError
 from five_actors.game.gymnasium_env import GymBatchEnv
+from five_actors.game.layout import encode_continuous
 
 
 def test_cartpole_is_one_self_block_and_a_type_head() -> None:
@@ -63,9 +64,43 @@ def test_multidiscrete_becomes_a_type_head_and_secondary_heads() -> None:
     assert step.dones.all() and step.infos["episode_return"].tolist() == [9.0, 3.0]
 
 
+class _Steer(gym.Env):
+    """A Tuple action: a Discrete(2) and a Box of two reals in [-1, 1]; the reward is what reached the env."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Box(-1.0, 1.0, (2,), np.float32)))
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        assert self.action_space.contains(action), action
+        choice, steer = action
+        return np.zeros(2, np.float32), float(10 * choice + steer[0] + 100 * steer[1]), False, False, {}
+
+
+def test_box_actions_are_real_columns_after_the_discrete_ones() -> None:
+    pendulum = GymBatchEnv("Pendulum-v1", 1)
+    assert pendulum.action_spec.types == ("a0",) and pendulum.action_spec.continuous == 1  # a stand-in type column
+    assert pendulum.action_spec.columns == 2
+    env = GymBatchEnv(_Steer, 2)
+    assert env.action_spec.types == ("a0", "a1") and env.action_spec.continuous == 2
+    env.reset()
+    real = encode_continuous(np.array([[0.25, -0.5], [3.0, -7.0]]))  # row 1 beyond the Box: clipped to [-1, 1]
+    step = env.step(np.concatenate([np.array([[1], [0]]), real], axis=1))
+    assert step.rewards.tolist() == [10 + 0.25 - 50, 1 - 100]
+    nan = np.concatenate([np.zeros((2, 1), np.int64), encode_continuous(np.array([[0.0, 0.0], [0.0, np.nan]]))], 1)
+    with pytest.raises(GameError, match="real action value 1 of row 1 is nan"):
+        env.step(nan)
+
+
 def test_unsupported_spaces_are_refused_by_name() -> None:
-    with pytest.raises(GameError, match="action space Box.* is not supported"):
-        GymBatchEnv("Pendulum-v1", 1)
+    class _Counts(_Grid):
+        action_space = gym.spaces.Box(0, 5, (2,), np.int64)
+
+    with pytest.raises(GameError, match="action space Box.*int64.* is not supported"):
+        GymBatchEnv(_Counts, 1)
 
     class _Text(_Grid):
         observation_space = gym.spaces.Dict({"a": gym.spaces.Discrete(2), "b": gym.spaces.Text(4)})

@@ -44,3 +44,22 @@ def test_an_episode_cut_by_a_time_limit_is_bootstrapped_from_its_last_observatio
     assert np.allclose(rewards[:4].numpy(), 1.0)
     # CartPole's reward 1, plus gamma times the value of the last observation (about 10 from the head's bias).
     assert ((rewards[4] - 1.0) / 0.9 > 5.0).all(), rewards[4]
+
+
+def test_a_gaussian_head_learns_a_real_valued_action() -> None:
+    """The policy must answer the observed target with a real value: random play scores about -21 an episode."""
+    from tests.actors.gym_factories import target
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    env = GymBatchEnv(target, 8, seed=0)
+    assert env.action_spec.continuous == 1
+    policy = Policy(ModelSpec.build(env.obs_spec, env.action_spec, ModelConfig(core="mlp", lstm_size=32)))
+    config = PPOConfig(learning_rate=3e-3, horizon_seconds=2.0, entropy_coef=0.0)
+    trainer = SyncTrainer(env, policy, config, BaselineConfig(), 16, 0.5)
+    reports: list[Progress] = []
+    trainer.train(24_000, reports.append)
+    first, last = reports[0].mean_return, reports[-1].mean_return
+    assert first is not None and first < -12, first
+    assert last is not None and last > -6, [round(r.mean_return or 0, 1) for r in reports]
+    assert policy.log_std.exp().item() < 0.7  # it grew surer of its answers

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from five_actors.errors import ModelError
+from five_actors.game.layout import decode_continuous
 from five_actors.model.normalizer import RunningNorm
 from five_actors.model.policy import Policy
 from five_actors.model.spec import ModelSpec
@@ -146,6 +147,46 @@ def test_a_done_inside_a_chunk_resets_the_state(policy: Policy, spec: ModelSpec)
         obs, masks, actions, torch.zeros(16, 3, dtype=torch.bool), (h, torch.randn(3, spec.lstm_size))
     )
     assert not torch.allclose(no_reset[10:], fresh_logp)
+
+
+def test_a_gaussian_head_scores_its_samples_as_it_drew_them(spec: ModelSpec) -> None:
+    """Real-valued actions ride in the int64 columns as float64 bits; the update must read back the values acting drew
+    and give them the log-probability acting gave (a normal density per dimension, added to the discrete heads')."""
+    torch.manual_seed(5)
+    real = replace(spec, actions=replace(spec.actions, continuous=2))
+    assert real.hash != spec.hash and ModelSpec.from_dict(real.to_dict()) == real
+    policy = Policy(real)
+    with torch.no_grad():
+        policy.log_std.copy_(torch.tensor([-1.0, 0.5]))
+    obs, masks = random_inputs(real, 64, np.random.default_rng(2))
+    out = policy.act(obs, masks, policy.initial_state(64))
+    assert out.actions.shape == (64, real.actions.columns) == (64, 1 + 2 + 2)
+    values = decode_continuous(out.actions[:, 3:].numpy())
+    assert np.isfinite(values).all() and values[:, 0].std() < values[:, 1].std()  # std e^-1 against e^0.5
+    logp, entropy, _ = policy.evaluate(
+        torch.as_tensor(obs)[None],
+        {k: torch.as_tensor(v)[None] for k, v in masks.items()},
+        out.actions[None],
+        torch.zeros(1, 64, dtype=torch.bool),
+        policy.initial_state(64),
+    )
+    torch.testing.assert_close(logp[0], out.logp)
+    discrete = Policy(spec)
+    discrete.load_state_dict({k: v for k, v in policy.state_dict().items() if k in discrete.state_dict()})
+    _, discrete_entropy, _ = discrete.evaluate(
+        torch.as_tensor(obs)[None],
+        {k: torch.as_tensor(v)[None] for k, v in masks.items()},
+        out.actions[None, :, :3],
+        torch.zeros(1, 64, dtype=torch.bool),
+        policy.initial_state(64),
+    )
+    gaussian_entropy = 2 * (0.5 + 0.5 * np.log(2 * np.pi)) + (-1.0 + 0.5)
+    torch.testing.assert_close(entropy - discrete_entropy, torch.full_like(entropy, gaussian_entropy))
+    deterministic = policy.act(obs, masks, policy.initial_state(64), deterministic=True).actions[:, 3:].numpy()
+    with torch.no_grad():
+        h, _ = policy.core_step(policy.encode(torch.as_tensor(obs))[1], policy.initial_state(64))
+        mean = policy.mean_head(h)
+    torch.testing.assert_close(torch.as_tensor(decode_continuous(deterministic)).float(), mean)
 
 
 def test_absent_slots_do_not_change_the_output(policy: Policy, spec: ModelSpec) -> None:

@@ -202,3 +202,27 @@ def test_empty_and_malformed_operation_lists_are_refused(trained: ModelState) ->
         apply([], trained)
     with pytest.raises(SurgeryRejected, match="empty operation"):
         parse_ops(["widen-lstm", "48", "+"])
+
+
+def test_widen_lstm_keeps_a_gaussian_heads_actions() -> None:
+    """A real-valued action head reads the LSTM too: its mean must not move when new units appear."""
+    import dataclasses
+
+    import numpy as np
+
+    from five_actors.model.policy import Policy
+    from tests.model.conftest import make_spec, random_inputs
+
+    spec = make_spec()
+    spec = dataclasses.replace(spec, actions=dataclasses.replace(spec.actions, continuous=2))
+    torch.manual_seed(1)
+    policy = Policy(spec)
+    wider = apply(ops("widen-lstm 24"), ModelState.of(policy)).build_policy()
+    assert wider.mean_head.weight.shape == (2, 24)
+    obs, masks = random_inputs(spec, 16, np.random.default_rng(3))
+    before = policy.act(obs, masks, policy.initial_state(16), deterministic=True)
+    after = wider.act(obs, masks, wider.initial_state(16), deterministic=True)
+    assert torch.equal(before.actions[:, :3], after.actions[:, :3])
+    real = [torch.as_tensor(out.actions[:, 3:].numpy().view(np.float64)) for out in (before, after)]
+    torch.testing.assert_close(real[0], real[1])
+    torch.testing.assert_close(before.logp, after.logp)

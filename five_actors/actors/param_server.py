@@ -144,7 +144,7 @@ class ParamServerActor(Actor):
     async def on_start(self) -> None:
         config, run_dir = run_settings(self, self._config_arg, self._run_dir_arg)
         self.training = config.training
-        self.game = config.game
+        self.game, self.env = config.game, config.env
         self.log = log.bind(actor=self.ref.path)
         self.store = None if run_dir is None else CheckpointStore(run_dir / "checkpoints")
         self.rng = np.random.default_rng(self.training.seed)
@@ -326,7 +326,7 @@ class ParamServerActor(Actor):
         try:
             spec, seed, started = self.spec, self.training.seed, time.perf_counter()
             try:
-                ops, probes = await asyncio.to_thread(prepare, words, spec, self.game, probe_steps, seed)
+                ops, probes = await asyncio.to_thread(prepare, words, spec, self.game, probe_steps, seed, self.env)
                 if dry_run:
                     latest = self.version
                     members = [v for v in {latest, *self.pool.versions} if v in self.versions]

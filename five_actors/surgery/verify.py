@@ -28,7 +28,7 @@ from torch import Tensor
 
 from five_actors.errors import GameError, SurgeryRejected
 from five_actors.game.config import HERO_TYPE_NAMES, GameConfig
-from five_actors.game.layout import ActionSpec, ObsSpec, project_masks, project_obs
+from five_actors.game.layout import ActionSpec, BatchEnv, ObsSpec, encode_continuous, project_masks, project_obs
 from five_actors.model.policy import MASKED_LOGIT, Policy, State
 from five_actors.model.spec import ModelSpec
 from five_actors.surgery.ops import SurgeryOp, apply
@@ -150,19 +150,58 @@ def record_probes(config: GameConfig, steps: int = 256, games: int = 2, seed: in
     )
 
 
+def record_env_probes(env: BatchEnv, steps: int = 256, seed: int = 0) -> Probes:
+    """Play `steps` steps of an external environment's copies with random actions (every discrete choice alike, real
+    values from a standard normal) and record what its rows saw: the probes of a run on an environment other than the
+    lane game."""
+    if steps < 1:
+        raise SurgeryRejected(f"probes need at least one step, got {steps}")
+    rng = np.random.default_rng(seed)
+    spec = env.action_spec
+    obs, masks = env.reset(seed)
+    starts = np.ones(env.num_rows, dtype=bool)
+    record: dict[str, list[np.ndarray]] = {"obs": [], "starts": [], **{f"mask:{k}": [] for k in masks}}
+    choices = [len(spec.types), *(h.size for h in spec.heads)]
+    for _ in range(steps):
+        record["obs"].append(obs)
+        record["starts"].append(starts)
+        for k, v in masks.items():
+            record[f"mask:{k}"].append(v)
+        discrete = np.stack([rng.integers(0, n, env.num_rows) for n in choices], axis=1)
+        real = encode_continuous(rng.standard_normal((env.num_rows, spec.continuous)))
+        step = env.step(np.concatenate([discrete, real], axis=1))
+        obs, masks, starts = step.obs, step.masks, step.dones.copy()
+    stacked = {k: np.stack(v) for k, v in record.items()}
+    return Probes(
+        env.obs_spec,
+        env.action_spec,
+        stacked["obs"],
+        {k.removeprefix("mask:"): v for k, v in stacked.items() if k.startswith("mask:")},
+        stacked["starts"],
+    )
+
+
 @torch.no_grad()
 def distributions(
     policy: Policy, obs: Tensor, masks: Mapping[str, Tensor], state: State
 ) -> tuple[dict[str, Tensor], Tensor, State]:
     """Every head's masked probabilities (`type` [rows, types]; a secondary head [rows, types, size] under
-    each type's mask), the value head's output [rows] and the next LSTM state."""
+    each type's mask; a Gaussian head's mean and standard deviation as `GAUSSIAN` [rows, 2, dims]), the value
+    head's output [rows] and the next LSTM state."""
     embeddings, core_in = policy.encode(obs)
     h, c = policy.core_step(core_in, state)
     logits = policy.head_logits(h, embeddings)
     probs = {"type": _softmax(logits["type"].masked_fill(~masks["type"], MASKED_LOGIT))}
     for head in policy.spec.actions.heads:
         probs[head.name] = _softmax(logits[head.name].unsqueeze(1).masked_fill(~masks[head.name], MASKED_LOGIT))
+    if policy.spec.actions.continuous:
+        mean = policy.mean_head(h)
+        probs[GAUSSIAN] = torch.stack([mean, policy.log_std.exp().expand_as(mean)], dim=1)
     return probs, policy.value_head(h).squeeze(-1), (h, c)
+
+
+GAUSSIAN = "gaussian"
+"""The Gaussian head's entry in `distributions` and in a Verification's head_diffs (its mean and std)."""
 
 
 def _softmax(logits: Tensor) -> Tensor:
@@ -209,7 +248,7 @@ def _compare(old: ModelState, new: ModelState, probes: Probes) -> Verification:
         (old_probs, old_value), (new_probs, new_value) = outputs
         for name, p in old_probs.items():
             q = new_probs[name]
-            gap = (q[:, old_types] - p).abs().flatten()
+            gap = (q - p if name == GAUSSIAN else q[:, old_types] - p).abs().flatten()
             if name == "type":  # types the old model lacks are masked: their probability must be 0
                 added = torch.ones(q.shape[-1], dtype=torch.bool)
                 added[old_types] = False

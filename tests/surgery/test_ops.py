@@ -226,3 +226,18 @@ def test_widen_lstm_keeps_a_gaussian_heads_actions() -> None:
     real = [torch.as_tensor(out.actions[:, 3:].numpy().view(np.float64)) for out in (before, after)]
     torch.testing.assert_close(real[0], real[1])
     torch.testing.assert_close(before.logp, after.logp)
+    # The verification looks at the Gaussian head too: a mean moved by 0.01 is refused.
+    from five_actors.game.gymnasium_env import GymBatchEnv
+    from five_actors.surgery.verify import record_env_probes
+    from tests.actors.gym_factories import target
+
+    env = GymBatchEnv(target, 2)
+    small = dataclasses.replace(spec, obs=env.obs_spec, actions=env.action_spec)
+    torch.manual_seed(2)
+    old = ModelState.of(Policy(small))
+    moved = apply(ops("widen-lstm 24"), old)
+    probes = record_env_probes(env, 8)
+    assert verify(old, moved, probes).preserved
+    moved.params["mean_head.bias"].add_(0.01)
+    with pytest.raises(SurgeryRejected, match="does not behave like the old one"):
+        verify(old, moved, probes)

@@ -177,6 +177,27 @@ async def test_the_pause_does_not_grow_with_probe_steps(system: ActorSystem, tmp
     assert report["pause_seconds"] < 2.0, report
 
 
+@pytest.mark.parametrize(
+    "env", [["env.id=gymnasium:CartPole-v1"], ["env.id=lane", "env.factory=tests.actors.gym_factories:target"]]
+)
+async def test_a_live_widen_lstm_on_an_external_environment(
+    system: ActorSystem, tmp_path: Path, env: list[str]
+) -> None:
+    """Surgery where it applies beyond the lane game: the probes come from two copies of the run's own environment
+    played at random, and a Gaussian head's mean and std are compared like any head's probabilities."""
+    config = load_config("cartpole", [*env, "model.core=lstm", "model.lstm_size=16"])
+    server = ParamServerActor(config=config, run_dir=str(tmp_path))
+    ref = system.spawn(server, "/params")
+    assert await system.wait_started(ref) is None
+    base = state_arrays(initial_policy(server.spec, 1))
+    await ref.tell(PublishParams(1, server.arch, server.spec.to_dict(), base, learner_steps=1))
+    report = await ref.ask(Surgery(["widen-lstm", "24"], probe_steps=32), timeout=120)
+    check = report["verification"][str(report["version_from"])]
+    assert check["preserved"] and (check["steps"], check["rows"]) == (32, 2), check
+    assert ("gaussian" in check["head_diffs"]) == ("target" in env[-1])
+    assert (await ref.ask(GetParams(-1))).spec["lstm_size"] == 24
+
+
 async def heard(listener: Listener, shares: dict[str, float]) -> None:
     """Wait until the listener's latest ParamsAvailable carried `shares` (tells arrive on their own time)."""
     for _ in range(100):

@@ -46,8 +46,7 @@ class GymBatchEnv:
         self.obs_spec, self.action_spec = self.spaces.obs_spec, self.spaces.action_spec
         self.seconds_per_step = seconds_per_step(self.envs[0].metadata)
         """Game time per step, for a discount from a horizon in seconds (1 s when the env does not say)."""
-        self._returns = np.zeros(num_envs, np.float64)
-        self._lengths = np.zeros(num_envs, np.int64)
+        self.episodes = Episodes(num_envs, self.spaces.obs_size)
 
     @property
     def num_rows(self) -> int:
@@ -58,45 +57,75 @@ class GymBatchEnv:
         """Reset every copy (copy i seeded `seed + i`); returns the first observations and masks."""
         base = self.seed if seed is None else seed
         obs = np.stack([self.spaces.flat(e.reset(seed=base + i)[0]) for i, e in enumerate(self.envs)])
-        self._returns[:] = 0.0
-        self._lengths[:] = 0
+        self.episodes.reset()
         return obs, self.spaces.masks(self.num_rows)
 
     def step(self, actions: np.ndarray) -> Step:
         """Apply one action per row; rows whose episode ended are reset in the same call."""
         actions = self.spaces.check(actions, self.num_rows)
-        rows = self.num_rows
-        obs = np.empty((rows, self.spaces.obs_size), np.float32)
-        rewards = np.empty(rows, np.float32)
-        dones = np.zeros(rows, bool)
-        truncated = np.zeros(rows, bool)
-        episode_return = np.zeros(rows, np.float32)
-        episode_length = np.zeros(rows, np.int64)
-        final_obs = np.zeros((rows, self.spaces.obs_size), np.float32)
+        obs = np.empty((self.num_rows, self.spaces.obs_size), np.float32)
+        self.episodes.begin()
         for i, env in enumerate(self.envs):
             o, r, term, trunc, _ = env.step(self.spaces.env_action(actions[i]))
-            rewards[i] = r
-            self._returns[i] += r
-            self._lengths[i] += 1
+            self.episodes.add(i, r)
             if term or trunc:
-                dones[i], truncated[i] = True, bool(trunc and not term)
-                episode_return[i], episode_length[i] = self._returns[i], self._lengths[i]
-                self._returns[i], self._lengths[i] = 0.0, 0
-                final_obs[i] = self.spaces.flat(o)
+                self.episodes.end(i, bool(trunc and not term), self.spaces.flat(o))
                 o, _ = env.reset()
             obs[i] = self.spaces.flat(o)
-        infos: dict[str, np.ndarray] = {
-            "episode_return": episode_return,
-            "episode_length": episode_length,
-            "truncated": truncated,
-            "final_obs": final_obs,
-        }
-        return Step(obs, self.spaces.masks(rows), rewards, dones, infos)
+        return self.episodes.step(obs, self.spaces.masks(self.num_rows))
 
     def close(self) -> None:
         """Close every copy."""
         for env in self.envs:
             env.close()
+
+
+class Episodes:
+    """The running return and length of every row's episode, and one batch step's per-row outputs: the rewards, and
+    on rows whose episode ended, `dones`, `truncated`, the episode's totals and its final observation."""
+
+    def __init__(self, rows: int, obs_size: int) -> None:
+        self.rows, self.obs_size = rows, obs_size
+        self.returns = np.zeros(rows, np.float64)
+        self.lengths = np.zeros(rows, np.int64)
+        self.begin()
+
+    def reset(self) -> None:
+        """Every row starts a new episode."""
+        self.returns[:] = 0.0
+        self.lengths[:] = 0
+
+    def begin(self) -> None:
+        """A new batch step: every output 0 until rows fill it in."""
+        self.rewards = np.zeros(self.rows, np.float32)
+        self.dones = np.zeros(self.rows, bool)
+        self.truncated = np.zeros(self.rows, bool)
+        self.episode_return = np.zeros(self.rows, np.float32)
+        self.episode_length = np.zeros(self.rows, np.int64)
+        self.final_obs = np.zeros((self.rows, self.obs_size), np.float32)
+
+    def add(self, row: int, reward: float) -> None:
+        """Row `row` took a step worth `reward`."""
+        self.rewards[row] = reward
+        self.returns[row] += reward
+        self.lengths[row] += 1
+
+    def end(self, rows: int | slice, truncated: bool | np.ndarray, final_obs: np.ndarray) -> None:
+        """The episodes of `rows` ended with this step (`truncated`: cut by a time limit)."""
+        self.dones[rows], self.truncated[rows] = True, truncated
+        self.episode_return[rows], self.episode_length[rows] = self.returns[rows], self.lengths[rows]
+        self.final_obs[rows] = final_obs
+        self.returns[rows], self.lengths[rows] = 0.0, 0
+
+    def step(self, obs: np.ndarray, masks: dict[str, np.ndarray]) -> Step:
+        """The batch step's Step, with `obs` (reset rows already showing their next episode's first)."""
+        infos: dict[str, np.ndarray] = {
+            "episode_return": self.episode_return,
+            "episode_length": self.episode_length,
+            "truncated": self.truncated,
+            "final_obs": self.final_obs,
+        }
+        return Step(obs, masks, self.rewards, self.dones, infos)
 
 
 def seconds_per_step(metadata: dict[str, Any]) -> float:

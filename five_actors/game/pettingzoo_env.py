@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from five_actors.errors import GameError
-from five_actors.game.gymnasium_env import Spaces, seconds_per_step
+from five_actors.game.gymnasium_env import Episodes, Spaces, seconds_per_step
 from five_actors.game.layout import Step
 
 ParallelFactory = Callable[[], Any]
@@ -66,8 +66,7 @@ class ParallelBatchEnv:
         rows = self.num_rows
         self._last = np.zeros((rows, self.obs_spec.size), np.float32)
         """Each row's latest observation (an agent that left keeps its last)."""
-        self._returns = np.zeros(rows, np.float64)
-        self._lengths = np.zeros(rows, np.int64)
+        self.episodes = Episodes(rows, self.obs_spec.size)
         self._left_truncated = np.zeros(rows, bool)
         self._left_obs = np.zeros((rows, self.obs_spec.size), np.float32)
         if len(self.agents) > 1:
@@ -83,20 +82,14 @@ class ParallelBatchEnv:
         base = self.seed if seed is None else seed
         for i in range(self.num_games):
             self._reset_copy(i, base + i)
-        self._returns[:] = 0.0
-        self._lengths[:] = 0
+        self.episodes.reset()
         return self._last.copy(), self.spaces.masks(self.num_rows)
 
     def step(self, actions: np.ndarray) -> Step:
         """Apply one action per row (rows of agents that left are ignored); copies whose last agent left reset."""
         actions = self.spaces.check(actions, self.num_rows)
-        rows, width = self.num_rows, len(self.agents)
-        rewards = np.zeros(rows, np.float32)
-        dones = np.zeros(rows, bool)
-        truncated = np.zeros(rows, bool)
-        episode_return = np.zeros(rows, np.float32)
-        episode_length = np.zeros(rows, np.int64)
-        final_obs = np.zeros((rows, self.obs_spec.size), np.float32)
+        width = len(self.agents)
+        self.episodes.begin()
         for i, env in enumerate(self.envs):
             first = i * width
             live = list(env.agents)
@@ -105,9 +98,7 @@ class ParallelBatchEnv:
             )
             for agent in live:
                 row = first + self.agents.index(agent)
-                rewards[row] = reward.get(agent, 0.0)
-                self._returns[row] += rewards[row]
-                self._lengths[row] += 1
+                self.episodes.add(row, reward.get(agent, 0.0))
                 if agent in obs:
                     self._last[row, : self.spaces.obs_size] = self.spaces.flat(obs[agent])
                 if terminated.get(agent, False) or truncations.get(agent, False):
@@ -116,18 +107,9 @@ class ParallelBatchEnv:
             if env.agents:
                 continue
             span = slice(first, first + width)
-            dones[span], truncated[span] = True, self._left_truncated[span]
-            episode_return[span], episode_length[span] = self._returns[span], self._lengths[span]
-            final_obs[span] = self._left_obs[span]
-            self._returns[span], self._lengths[span] = 0.0, 0
+            self.episodes.end(span, self._left_truncated[span], self._left_obs[span])
             self._reset_copy(i, None)
-        infos: dict[str, np.ndarray] = {
-            "episode_return": episode_return,
-            "episode_length": episode_length,
-            "truncated": truncated,
-            "final_obs": final_obs,
-        }
-        return Step(self._last.copy(), self.spaces.masks(rows), rewards, dones, infos)
+        return self.episodes.step(self._last.copy(), self.spaces.masks(self.num_rows))
 
     def close(self) -> None:
         """Close every copy."""

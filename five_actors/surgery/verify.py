@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,54 +122,51 @@ def record_probes(config: GameConfig, steps: int = 256, games: int = 2, seed: in
     from five_actors.game.env import LaneGame
     from five_actors.game.match import Bot, team_rows
 
-    if steps < 1 or games < 1:
-        raise SurgeryRejected(f"probes need at least one step of one game, got {steps} steps of {games} games")
+    if games < 1:
+        raise SurgeryRejected(f"probes need at least one game, got {games}")
     env = LaneGame(dataclasses.replace(config, games_per_batch=games, seed=seed))
     bots: tuple[Bot, Bot] = (ScriptedBot(env.config), RandomBot(seed))
-    obs, masks = env.reset(seed)
-    starts = np.ones(env.num_rows, dtype=bool)
-    record: dict[str, list[np.ndarray]] = {"obs": [], "starts": [], **{f"mask:{k}": [] for k in masks}}
-    for _ in range(steps):
-        record["obs"].append(obs)
-        record["starts"].append(starts)
-        for k, v in masks.items():
-            record[f"mask:{k}"].append(v)
+
+    def act(obs: np.ndarray, masks: dict[str, np.ndarray]) -> np.ndarray:
         actions = np.zeros((env.num_rows, env.action_spec.columns), dtype=np.int64)
         for team, bot in enumerate(bots):
             rows = team_rows(env, team)
             actions[rows] = bot.act(obs[rows], {k: v[rows] for k, v in masks.items()})
-        step = env.step(actions)
-        obs, masks, starts = step.obs, step.masks, step.dones.copy()
-    stacked = {k: np.stack(v) for k, v in record.items()}
-    return Probes(
-        env.obs_spec,
-        env.action_spec,
-        stacked["obs"],
-        {k.removeprefix("mask:"): v for k, v in stacked.items() if k.startswith("mask:")},
-        stacked["starts"],
-    )
+        return actions
+
+    return _record(env, steps, seed, act)
 
 
 def record_env_probes(env: BatchEnv, steps: int = 256, seed: int = 0) -> Probes:
     """Play `steps` steps of an external environment's copies with random actions (every discrete choice alike, real
     values from a standard normal) and record what its rows saw: the probes of a run on an environment other than the
     lane game."""
-    if steps < 1:
-        raise SurgeryRejected(f"probes need at least one step, got {steps}")
     rng = np.random.default_rng(seed)
     spec = env.action_spec
+    choices = [len(spec.types), *(h.size for h in spec.heads)]
+
+    def act(_obs: np.ndarray, _masks: dict[str, np.ndarray]) -> np.ndarray:
+        discrete = np.stack([rng.integers(0, n, env.num_rows) for n in choices], axis=1)
+        return np.concatenate([discrete, encode_continuous(rng.standard_normal((env.num_rows, spec.continuous)))], 1)
+
+    return _record(env, steps, seed, act)
+
+
+def _record(
+    env: BatchEnv, steps: int, seed: int, act: Callable[[np.ndarray, dict[str, np.ndarray]], np.ndarray]
+) -> Probes:
+    """Step `env` `steps` times with the actions `act` chooses, recording observations, masks and episode starts."""
+    if steps < 1:
+        raise SurgeryRejected(f"probes need at least one step, got {steps}")
     obs, masks = env.reset(seed)
     starts = np.ones(env.num_rows, dtype=bool)
     record: dict[str, list[np.ndarray]] = {"obs": [], "starts": [], **{f"mask:{k}": [] for k in masks}}
-    choices = [len(spec.types), *(h.size for h in spec.heads)]
     for _ in range(steps):
         record["obs"].append(obs)
         record["starts"].append(starts)
         for k, v in masks.items():
             record[f"mask:{k}"].append(v)
-        discrete = np.stack([rng.integers(0, n, env.num_rows) for n in choices], axis=1)
-        real = encode_continuous(rng.standard_normal((env.num_rows, spec.continuous)))
-        step = env.step(np.concatenate([discrete, real], axis=1))
+        step = env.step(act(obs, masks))
         obs, masks, starts = step.obs, step.masks, step.dones.copy()
     stacked = {k: np.stack(v) for k, v in record.items()}
     return Probes(

@@ -67,7 +67,7 @@ class GymBatchEnv:
         self.episodes.begin()
         for i, env in enumerate(self.envs):
             o, r, term, trunc, _ = env.step(self.spaces.env_action(actions[i]))
-            self.episodes.add(i, r)
+            self.episodes.add(i, float(r))
             if term or trunc:
                 self.episodes.end(i, bool(trunc and not term), self.spaces.flat(o))
                 o, _ = env.reset()

@@ -199,23 +199,14 @@ class Policy(nn.Module):
 
     def core_sequence(self, core_in: Tensor, keep: Tensor, state: State) -> Tensor:
         """The core's outputs `[T, B, lstm_size]` over a sequence `[T, B, core_input]` from `state`, the state
-        multiplied by `keep[t]` `[T, B, 1]` before step t (0 where an episode starts).
-
-        The same function as `core_step` step by step, arranged for the update: the LSTM's input projection is
-        one product over all T steps, leaving only the recurrent product inside the loop; the MLP core has no
-        recurrence at all."""
+        multiplied by `keep[t]` `[T, B, 1]` before step t (0 where an episode starts): `core_step` step by step, but
+        the MLP core, having no recurrence, in one pass."""
         if self.spec.core != "lstm":
             return torch.relu(self.mlp(core_in))
-        cell = self.lstm
-        gates_in = nn.functional.linear(core_in, cell.weight_ih, cell.bias_ih + cell.bias_hh)
         h, c = state
-        recurrent = cell.weight_hh.t()
         outputs = []
         for t in range(core_in.shape[0]):
-            h, c = h * keep[t], c * keep[t]
-            i, f, g, o = torch.addmm(gates_in[t], h, recurrent).chunk(4, dim=1)
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-            h = torch.sigmoid(o) * torch.tanh(c)
+            h, c = self.core_step(core_in[t], (h * keep[t], c * keep[t]))
             outputs.append(h)
         return torch.stack(outputs)
 

@@ -25,7 +25,7 @@ import torch
 
 from five_actors.actors.messages import Rollout
 from five_actors.errors import FiveActorsError, TrainingError
-from five_actors.game.layout import project_masks, project_obs
+from five_actors.game.layout import decode_continuous, project_masks, project_obs
 from five_actors.model.ppo import Chunks
 from five_actors.model.spec import ModelSpec
 
@@ -127,8 +127,11 @@ def check_rollout(msg: Rollout, spec: ModelSpec, chunk_steps: int) -> int:
     for name in ("obs", "logp", "values", "rewards", "advantages", "returns", "h", "c"):
         if not np.isfinite(getattr(msg, name)).all():
             raise TrainingError(f"{name} holds NaN or inf")
-    if (msg.actions < 0).any():
+    choices = spec.actions.columns - spec.actions.continuous
+    if (msg.actions[..., :choices] < 0).any():
         raise TrainingError("actions hold negative choices")
+    if not np.isfinite(decode_continuous(msg.actions[..., choices:])).all():
+        raise TrainingError("real-valued actions hold NaN or inf")
     return batch
 
 

@@ -171,11 +171,12 @@ def test_up_trains_a_real_valued_action(tmp_path: Path) -> None:
     overrides = ["env.id=lane", f"env.factory={FACTORIES}:target", "ppo.horizon_seconds=2.0", "ppo.entropy_coef=0.0"]
     proc = Proc([*args, *(a for o in overrides for a in ("--set", o))], tmp_path, "up")
     try:
-        # 10 episodes of random play average about -21 (rarely above -15); 100 s of training took it to -2.5.
+        # Random play scores about -21 an episode (16 steps of 1 + 1/3 expected square error; the mean of 10
+        # episodes rarely strays 3 from it); 100 s of training took it to -2.5.
         best = wait_until(
-            lambda: [e for e in log_events(run_dir, "eval_result") if e["mean_return"] > -5.0],
+            lambda: [e for e in log_events(run_dir, "eval_result") if e["mean_return"] > -10.0],
             timeout=240,
-            what="an eval round's mean return above -5 (random play: about -21)",
+            what="an eval round's mean return above -10 (random play: about -21)",
         )[0]
         assert best["episodes"] == 10 and best["version"] > 0
     finally:

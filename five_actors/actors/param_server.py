@@ -331,8 +331,8 @@ class ParamServerActor(Actor):
                     latest = self.version
                     members = [v for v in {latest, *self.pool.versions} if v in self.versions]
                     versions = {v: self.versions[v] for v in members}
-                    optimizer = self.optimizer[1] if self.optimizer is not None else None
-                    result = await asyncio.to_thread(live_surgery, ops, probes, spec, versions, latest, optimizer, seed)
+                    moments = self._moments
+                    result = await asyncio.to_thread(live_surgery, ops, probes, spec, versions, latest, moments, seed)
                 else:
                     result, latest, paused = await self._operate_latest(ops, probes, spec, seed)
             except SurgeryRejected as exc:
@@ -367,6 +367,11 @@ class ParamServerActor(Actor):
             self._surgery = None
             self._swapping = False
 
+    @property
+    def _moments(self) -> Arrays | None:
+        """Adam's moments as the learners last sent them (for the latest version's surgery), or None."""
+        return self.optimizer[1] if self.optimizer is not None else None
+
     async def _operate_latest(
         self, ops: list[SurgeryOp], probes: Probes, spec: ModelSpec, seed: int
     ) -> tuple[LiveResult, int, float]:
@@ -374,23 +379,15 @@ class ParamServerActor(Actor):
         step on a snapshot while publishes are still taken; in the pause, a version published since (or new moments)
         is operated again and checked on the first PAUSE_PROBE_STEPS. Returns the result, its version and when the
         pause began (time.perf_counter)."""
-        snapshot, moments = self.version, self.optimizer
+        snapshot, moments = self.version, self._moments
         checked = await asyncio.to_thread(
-            live_surgery,
-            ops,
-            probes,
-            spec,
-            {snapshot: self.versions[snapshot]},
-            snapshot,
-            None if moments is None else moments[1],
-            seed,
+            live_surgery, ops, probes, spec, {snapshot: self.versions[snapshot]}, snapshot, moments, seed
         )
         self._swapping = True
         paused = time.perf_counter()
         latest = self.version
-        if latest == snapshot and self.optimizer is moments:
+        if latest == snapshot and self._moments is moments:
             return checked, latest, paused
-        optimizer = self.optimizer[1] if self.optimizer is not None else None
         result = await asyncio.to_thread(
             live_surgery,
             ops,
@@ -398,7 +395,7 @@ class ParamServerActor(Actor):
             spec,
             {latest: self.versions[latest]},
             latest,
-            optimizer,
+            self._moments,
             seed,
         )
         result.report["verification"] = checked.report["verification"] | result.report["verification"]
@@ -534,7 +531,7 @@ class ParamServerActor(Actor):
         assert self.store is not None
         async with self._lock:
             version, state = self.version, self.versions[self.version]
-            optimizer = self.optimizer[1] if self.optimizer is not None else None
+            optimizer = self._moments
             counters = {
                 "learner_steps": self.learner_steps,
                 "optimizer_version": self.optimizer[0] if self.optimizer is not None else -1,

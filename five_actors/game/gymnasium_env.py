@@ -170,11 +170,7 @@ class Spaces:
 
     def masks(self, rows: int) -> dict[str, np.ndarray]:
         """All-True masks for `rows` rows."""
-        types = len(self.action_spec.types)
-        masks = {"type": np.ones((rows, types), bool)}
-        for head in self.action_spec.heads:
-            masks[head.name] = np.ones((rows, types, head.size), bool)
-        return masks
+        return {name: np.ones(shape, bool) for name, shape in self.action_spec.mask_shapes(rows).items()}
 
     def check(self, actions: np.ndarray, rows: int) -> np.ndarray:
         """`actions` as int64 `[rows, columns]`; GameError naming the row and column of a choice out of range or a

@@ -47,6 +47,8 @@ class ParallelBatchEnv:
         self.seed = seed
         first = self.envs[0]
         self.agents: list[str] = list(first.possible_agents)
+        self._row_of = {agent: i for i, agent in enumerate(self.agents)}
+        """An agent's row within its copy's."""
         if not self.agents:
             raise GameError(f"{self.name}: the environment has no agents (possible_agents is empty)")
         self.agents_per_team = len(self.agents)
@@ -94,10 +96,10 @@ class ParallelBatchEnv:
             first = i * width
             live = list(env.agents)
             obs, reward, terminated, truncations, _ = env.step(
-                {agent: self.spaces.env_action(actions[first + self.agents.index(agent)]) for agent in live}
+                {agent: self.spaces.env_action(actions[first + self._row_of[agent]]) for agent in live}
             )
             for agent in live:
-                row = first + self.agents.index(agent)
+                row = first + self._row_of[agent]
                 self.episodes.add(row, reward.get(agent, 0.0))
                 if agent in obs:
                     self._last[row, : self.spaces.obs_size] = self.spaces.flat(obs[agent])

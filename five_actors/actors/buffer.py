@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections import deque
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,6 +40,8 @@ class Chunk:
     version: int
     arrays: dict[str, np.ndarray]
     masks: dict[str, np.ndarray]
+    source: str = ""
+    """The GameActor that made it (its fate is reported there: ChunkFates)."""
     uses: int = 0
 
 
@@ -156,6 +158,8 @@ class ExperienceBuffer:
         self.counters = Counters()
         self._produced: deque[tuple[float, int]] = deque()
         self._consumed: deque[tuple[float, int]] = deque()
+        self._unreported: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        """Fates not yet reported to the chunks' sources, by source."""
         self._lock = threading.Lock()
         self._started = time.monotonic()
 
@@ -170,9 +174,10 @@ class ExperienceBuffer:
             for b in range(batch):
                 arrays = {name: getattr(msg, name)[:, b] for name in TIME_MAJOR}
                 arrays["h"], arrays["c"] = msg.h[b], msg.c[b]
-                self.chunks.append(Chunk(int(msg.versions[b]), arrays, {k: v[:, b] for k, v in msg.masks.items()}))
-                if len(self.chunks) > self.capacity and self.chunks.popleft().uses == 0:
-                    self.counters.evicted_unused += 1
+                masks = {k: v[:, b] for k, v in msg.masks.items()}
+                self.chunks.append(Chunk(int(msg.versions[b]), arrays, masks, msg.source))
+                if len(self.chunks) > self.capacity and (oldest := self.chunks.popleft()).uses == 0:
+                    self._fate("evicted_unused", [oldest])
             self.counters.received += batch
             self.counters.converted += batch if converted else 0
             self._produced.append((now, batch))
@@ -192,7 +197,7 @@ class ExperienceBuffer:
                         arrays["obs"], chunk.masks, arrays["h"], arrays["c"], old, new
                     )
             except TrainingError:
-                self.counters.dropped_arch += len(waiting)
+                self._fate("dropped_arch", waiting)
                 return 0, len(waiting)
             self.chunks.extend(waiting)
             self.counters.converted += len(waiting)
@@ -215,10 +220,23 @@ class ExperienceBuffer:
                 "chunks_consumed": counters.consumed,
             }
 
-    def refused(self, batch: int) -> None:
-        """Count `batch` chunks refused on arrival."""
+    def refused(self, batch: int, source: str) -> None:
+        """Count `batch` chunks from `source` refused on arrival."""
         with self._lock:
             self.counters.refused += batch
+            self._unreported[source]["refused"] += batch
+
+    def take_fates(self) -> dict[str, dict[str, int]]:
+        """The fates met since the last call, by the chunks' source (ChunkFates fields)."""
+        with self._lock:
+            fates, self._unreported = self._unreported, defaultdict(Counter)
+        return {source: dict(counts) for source, counts in fates.items()}
+
+    def _fate(self, name: str, chunks: list[Chunk]) -> None:
+        """Count `chunks` into fate `name` (a Counters field), by source too; the caller holds the lock."""
+        setattr(self.counters, name, getattr(self.counters, name) + len(chunks))
+        for chunk in chunks:
+            self._unreported[chunk.source][name] += 1
 
     def reuse(self, now: float | None = None) -> float:
         """Samples consumed / samples produced over the window (inf when consumed with nothing produced)."""
@@ -247,7 +265,7 @@ class ExperienceBuffer:
         with self._lock:
             stale = [c for c in self.chunks if version - c.version > max_staleness]
             if stale:
-                self.counters.dropped_stale += sum(1 for c in stale if c.uses == 0)
+                self._fate("dropped_stale", [c for c in stale if c.uses == 0])
                 self.chunks = deque(c for c in self.chunks if version - c.version <= max_staleness)
             produced, consumed = self._window(time.monotonic())
             return len(self.chunks) >= count and consumed + count <= max_reuse * produced
@@ -262,9 +280,9 @@ class ExperienceBuffer:
             order = sorted(shuffled, key=lambda i: self.chunks[i].uses)[:count]
             picked = [self.chunks[i] for i in order]
             fresh = [c.uses == 0 for c in picked]
+            self._fate("trained", [c for c in picked if c.uses == 0])
             for c in picked:
                 c.uses += 1
-            self.counters.trained += sum(fresh)
             self.counters.consumed += count
             self._consumed.append((time.monotonic(), count))
         return Minibatch(picked, [version - c.version for c in picked], fresh)

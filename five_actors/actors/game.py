@@ -30,8 +30,10 @@ share of this actor's games; outside the `game_version` share a game is seen as 
 before (its newer features read 0, its newer action types are masked). The masks and
 observations shipped in chunks are the ones the policy acted on.
 
-Accounting: every chunk made (one row's `rollout_chunk_steps` steps, `chunks_made`) is either
-sent to a learner (`chunks_sent`) or lost (`chunks_lost`: no learner up, or the send failed).
+Accounting: every chunk made (one row's `rollout_chunk_steps` steps, `chunks_made`) is kept in
+the actor's ChunkLedger until a learner reports its fate (ChunkFates): trained, refused, dropped
+or evicted; until then it is outstanding in that learner. Chunks made while no learner is up,
+and the outstanding chunks of a learner that exits, are lost (`chunks_lost`).
 
 Faults: an InferRequest that fails (the inference actor died or timed out) is retried, on the
 next inference actor when there are several, else on the same address once it is back; each
@@ -54,7 +56,9 @@ import structlog
 from five_actors.actors.chunks import StepRecord, build_rollout, chunk_rewards
 from five_actors.actors.config import run_settings
 from five_actors.actors.inference import LATEST
+from five_actors.actors.ledger import ChunkLedger
 from five_actors.actors.messages import (
+    ChunkFates,
     GetParams,
     GetStats,
     InferReply,
@@ -122,9 +126,7 @@ class GameActor(Actor):
         self.batch_steps = 0
         self.env_steps = 0
         self.rollouts_sent = 0
-        self.chunks_made = 0
-        self.chunks_sent = 0
-        self.chunks_lost = 0
+        self.ledger = ChunkLedger()
         self.chunks_partial = 0
         self.lost_steps = 0
         self.infer_refused = 0
@@ -480,7 +482,6 @@ class GameActor(Actor):
         rows = np.flatnonzero(whole)
         if not len(rows):
             return
-        self.chunks_made += len(rows)
         rollout = build_rollout(chunk, span, bootstrap, rows, self.gamma, self.lam, self.ref.address, self.arch)
         self.log.info(
             "rollout_chunk",
@@ -507,10 +508,10 @@ class GameActor(Actor):
                 self.log.warning("rollout_send_failed", learner=address, error=str(exc))
                 continue
             self.rollouts_sent += 1
-            self.chunks_sent += count
+            self.ledger.sent(address, count)
             return
-        self.chunks_lost += count
-        self.log.warning("chunks_lost", chunks=count, chunks_lost=self.chunks_lost, reason="no learner is up")
+        self.ledger.unsent(count)
+        self.log.warning("chunks_lost", chunks=count, chunks_lost=self.ledger.lost, reason="no learner is up")
 
     async def _watch_learner(self, address: str) -> None:
         """Keep `learner_up[address]` current: down on its exit, up again once a new watch holds."""
@@ -535,7 +536,20 @@ class GameActor(Actor):
             if self.learner_up[address]:
                 self.log.warning("learner_down", learner=address, reason=reason)
             self.learner_up[address] = False
+            lost = self.ledger.exited(address)
+            if lost:
+                self.log.warning(
+                    "chunks_lost", chunks=lost, chunks_lost=self.ledger.lost, reason=f"{address} exited ({reason})"
+                )
             await asyncio.sleep(0.5)
+
+    async def on_chunk_fates(self, msg: ChunkFates) -> None:
+        if msg.learner not in self.learner_up:
+            self.log.warning("chunk_fates_refused", learner=msg.learner, reason="not one of this actor's learners")
+            return
+        refused = self.ledger.report(msg)
+        if refused is not None:
+            self.log.warning("chunk_fates_refused", learner=msg.learner, reason=refused)
 
     # -- stats ----------------------------------------------------------------------------
 
@@ -550,9 +564,7 @@ class GameActor(Actor):
             "env_steps_per_s": self.env_steps / elapsed,
             "batch_steps": self.batch_steps,
             "rollouts_sent": self.rollouts_sent,
-            "chunks_made": self.chunks_made,
-            "chunks_sent": self.chunks_sent,
-            "chunks_lost": self.chunks_lost,
+            **self.ledger.stats(),
             "chunks_partial": self.chunks_partial,
             "lost_steps": self.lost_steps,
             "infer_refused": self.infer_refused,
@@ -580,7 +592,7 @@ class GameActor(Actor):
         metrics.update({f"game_reward_{k}": v for k, v in self.reward_totals.items()})
         metrics.update({f"game_anneal_share_{k}": v for k, v in self.anneal.items()})
         metrics.update({f"game_annealed_taken_{k}": v for k, v in self.annealed_taken.items()})
-        return {"progress": {"env_steps": self.env_steps, "chunks": self.chunks_sent}, "metrics": metrics}
+        return {"progress": {"env_steps": self.env_steps, "chunks": self.ledger.sent_total}, "metrics": metrics}
 
 
 def row_versions(opponents: np.ndarray, past_team: np.ndarray, heroes: int) -> np.ndarray:

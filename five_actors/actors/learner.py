@@ -17,7 +17,9 @@ the group switches instead of training: rank 0 fetches the operated parameters a
 the ParamServer, broadcasts them, and every rank rebuilds its policy and Adam. Chunks of the
 replaced architecture, buffered or arriving later, are converted to the new one
 (five_actors.actors.buffer); chunks of the announced one that arrive before the switch are held
-until it. Every chunk is counted by its fate (ExperienceBuffer.accounting, in GetStats and /actors).
+until it. Every chunk is counted by its fate (ExperienceBuffer.accounting, in GetStats and /actors), and
+every FATES_EVERY_S the fates met since are told to the GameActors that made the chunks (ChunkFates): their
+ledgers hold each chunk's fate across learner restarts.
 
 Events: learner_started, train_step (losses, staleness, reuse, samples/s, allreduce time),
 update_skipped, rollout_refused, learner_arch_adopted, learner_group_stopped, params_behind_learner,
@@ -30,6 +32,7 @@ import asyncio
 import contextlib
 import os
 import time
+import uuid
 from typing import Any
 
 import numpy as np
@@ -39,7 +42,15 @@ import torch
 from five_actors.actors.buffer import ExperienceBuffer, check_rollout, convert_rollout
 from five_actors.actors.config import limit_torch_threads, run_settings
 from five_actors.actors.group import TorchThread, broadcast_object
-from five_actors.actors.messages import GetParams, GetStats, Params, ParamsAvailable, PublishParams, Rollout
+from five_actors.actors.messages import (
+    ChunkFates,
+    GetParams,
+    GetStats,
+    Params,
+    ParamsAvailable,
+    PublishParams,
+    Rollout,
+)
 from five_actors.actors.param_server import GetOptimizerState, OptimizerState
 from five_actors.actors.params import initial_policy, model_spec, state_arrays
 from five_actors.actors.subscription import keep_subscribed
@@ -54,6 +65,8 @@ log = structlog.get_logger("five_actors.learner")
 
 IDLE_WAIT_S = 0.02
 """Pause between rounds in which no rank was ready."""
+FATES_EVERY_S = 0.5
+"""How often the fates of the chunks met since the last report are told to the GameActors that made them."""
 STOP_WAIT_S = 5.0
 """How long a stopping learner waits to tell its peers (a dead peer makes that fail)."""
 PARAM_SERVER_WAIT_S = 20.0
@@ -90,6 +103,8 @@ class LearnerActor(Actor):
         """The newest architecture the ParamServer announced that this learner has not switched to."""
         self.previous_spec: ModelSpec | None = None
         """The architecture a live surgery replaced: its chunks are converted, not refused."""
+        self.incarnation = uuid.uuid4().hex
+        """Tells this run of the learner from the next in its ChunkFates."""
 
     # -- start ----------------------------------------------------------------------------
 
@@ -106,6 +121,7 @@ class LearnerActor(Actor):
         )
         self.trainer = GroupTrainer(self.rank, self.world_size, device, config, self.buffer, self.log)
         self.thread = TorchThread(f"learner-{self.rank}")
+        self.spawn_task(self._report_fates(), "learner:fates")
         if self.world_size == 1:
             await self._prepare(config)
             self.spawn_task(self._train_forever(), "learner:train")
@@ -258,6 +274,8 @@ class LearnerActor(Actor):
                 await asyncio.wait_for(self.thread.run(self.trainer.final_round), STOP_WAIT_S)
         if not await self.thread.finish(STOP_WAIT_S):
             self.log.warning("learner_thread_busy_at_stop", waited_s=STOP_WAIT_S)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._tell_fates(), STOP_WAIT_S)
 
     # -- chunks ---------------------------------------------------------------------------
 
@@ -277,7 +295,7 @@ class LearnerActor(Actor):
             if spec is not self.spec:  # the torch thread switched architecture meanwhile (_adopt)
                 raise TrainingError(f"rollout of architecture {msg.arch!r} arrived during a switch to {self.arch!r}")
         except TrainingError as exc:
-            self.buffer.refused(_rows(msg))
+            self.buffer.refused(_rows(msg), msg.source)
             self.log.warning(
                 "rollout_refused", source=msg.source, reason=str(exc), refused=self.buffer.counters.refused
             )
@@ -289,7 +307,7 @@ class LearnerActor(Actor):
         self._pending.append(msg)
         while sum(_rows(m) for m in self._pending) > self.training.buffer_chunks:
             early = self._pending.pop(0)
-            self.buffer.refused(_rows(early))
+            self.buffer.refused(_rows(early), early.source)
             reason = (
                 "the learner is still joining its group or switching architecture, and holds a buffer's worth already"
             )
@@ -348,6 +366,22 @@ class LearnerActor(Actor):
         except FiveActorsError as exc:
             # The ParamServer is restarting: this version is lost, the next one carries the training on.
             self.log.warning("publish_failed", version=version, reason=str(exc))
+
+    # -- chunk fates ----------------------------------------------------------------------
+
+    async def _report_fates(self) -> None:
+        while True:
+            await asyncio.sleep(FATES_EVERY_S)
+            await self._tell_fates()
+
+    async def _tell_fates(self) -> None:
+        """Tell each GameActor the fates its chunks met since the last report (ledger: five_actors.actors.ledger)."""
+        for source, counts in self.buffer.take_fates().items():
+            try:
+                await self.system.ref(source).tell(ChunkFates(self.ref.address, self.incarnation, **counts))
+            except (FiveActorsError, ValueError) as exc:  # ValueError: a source that is no address
+                # The game actor is gone, and its ledger with it: nobody is left to count these.
+                self.log.info("chunk_fates_undelivered", source=source, error=str(exc))
 
     # -- observability --------------------------------------------------------------------
 

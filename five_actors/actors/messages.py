@@ -85,6 +85,25 @@ class Rollout:
 
 
 @message
+class ChunkFates:
+    """LearnerActor -> the GameActor that made the chunks (tell, every FATES_EVERY_S while there is news): how
+    many of its chunks met each fate since the last ChunkFates. `learner` is the learner's address,
+    `incarnation` tells one run of its process from the next (a restarted learner has a new one).
+
+    The GameActor's ChunkLedger owns each chunk it sent until a fate comes back: a chunk whose learner
+    exits first is counted lost (five_actors.actors.ledger).
+    """
+
+    learner: str
+    incarnation: str
+    trained: int = 0
+    refused: int = 0
+    dropped_stale: int = 0
+    dropped_arch: int = 0
+    evicted_unused: int = 0
+
+
+@message
 class PublishParams:
     """Learner rank 0 -> ParamServer (tell) every `publish_every` optimizer steps.
 

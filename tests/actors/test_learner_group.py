@@ -1,6 +1,7 @@
 """Two learners in one gloo group inside a real `five-actors up`: both train; a live surgery switches
 both ranks to the new architecture in place (no restart, every chunk accounted for); a kill -9 of one
-restarts both (one_for_all) from the ParamServer's latest parameters."""
+restarts both (one_for_all) from the ParamServer's latest parameters, and the game's ledger still accounts for
+every chunk, the ones the dead ranks held counted lost."""
 
 from __future__ import annotations
 
@@ -96,5 +97,11 @@ def test_two_learners_train_switch_architecture_together_and_a_killed_rank_resta
         # The new group started from the ParamServer's latest version: nothing before the kill was lost.
         assert start_version >= version
         wait_until(lambda: _version(run.url) > start_version, timeout=START, what="the new group publishing versions")
+        # The game's ledger kept every chunk's fate across the restart: what the killed rank (and the rank its
+        # supervisor stopped with it) held unused is lost, everything else is trained, refused, dropped, evicted,
+        # or waiting in the new ranks by their own count.
+        after = settled_chunk_counts(run.url, (LEARNER_0, LEARNER_1))
+        assert after["made"] == after["accounted"], after
+        assert after["lost"] > counts["lost"] and after["chunks_trained"] > counts["chunks_trained"], (counts, after)
     finally:
         run.proc.kill()

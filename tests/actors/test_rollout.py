@@ -268,8 +268,8 @@ async def test_chunks_for_a_learner_that_is_down_are_counted_lost(system: ActorS
     system.spawn(InferenceActor("test/params", config=config), "/inference")
     game = GameActor("test/inference", ["test/nobody"], "test/params", config=config, seed=0)
     system.spawn(game, "/game-0")
-    await until(lambda: game.chunks_lost > 0)
-    assert game.chunks_sent == 0
+    await until(lambda: game.ledger.lost > 0)
+    assert game.ledger.sent_total == 0
 
 
 async def test_inference_follows_a_restarted_param_server_back_to_its_versions(system: ActorSystem) -> None:
@@ -315,7 +315,7 @@ async def test_chunks_are_counted_lost_while_the_learner_is_down_and_flow_again_
     _, _, (game,), (learner,) = start(system, config)
     await until(lambda: len(learner.rollouts) >= 1)
     await system.stop("/learner-0")
-    await until(lambda: game.chunks_lost > 0)
+    await until(lambda: game.ledger.lost > 0)
     restarted = LearnerStandIn()
     system.spawn(restarted, "/learner-0")
     await until(lambda: len(restarted.rollouts) >= 2)

@@ -2,7 +2,8 @@
 
 The two are joined only by a veth pair, each end with its own address: the worker shares no
 loopback with the head, so every address a process advertises must be one the other host can
-reach. The link is cut and restored with `ip link set down/up` under a running tree, and the
+reach. The link is made slow and lossy (a token-bucket qdisc), cut and restored with `ip link set down/up`
+under a running tree, and the
 learners of one gloo group run on both hosts (each rank finds the interface to use by its route to
 the rendezvous host: no GLOO_SOCKET_IFNAME is set). Needs root and iproute2 (CI has both); skipped,
 saying why, where a namespace cannot be made.
@@ -53,11 +54,34 @@ class Hosts:
         """Cut ("down") or restore ("up") the head's end of the pair."""
         _ip("link", "set", self.head_if, state)
 
+    def shape(self, *qdisc: str) -> None:
+        """Put the queueing discipline `qdisc` (tc words) on both ends of the pair; none: take it off again."""
+        for side in ([], ["-n", self.namespace]):
+            device = self.worker_if if side else self.head_if
+            if qdisc:
+                _run("tc", *side, "qdisc", "replace", "dev", device, "root", *qdisc)
+            else:
+                subprocess.run(["tc", *side, "qdisc", "del", "dev", device, "root"], capture_output=True, timeout=30)
+
+    def dropped(self) -> int:
+        """Packets the queueing disciplines on both ends have dropped."""
+        total = 0
+        for side in ([], ["-n", self.namespace]):
+            device = self.worker_if if side else self.head_if
+            shown = _run("tc", "-s", *side, "qdisc", "show", "dev", device)
+            total += sum(int(n) for n in re.findall(r"dropped (\d+)", shown))
+        return total
+
 
 def _ip(*args: str) -> None:
-    done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    _run("ip", *args)
+
+
+def _run(*command: str) -> str:
+    done = subprocess.run(command, capture_output=True, text=True, timeout=30)
     if done.returncode != 0:
-        raise OSError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+        raise OSError(f"{' '.join(command)}: {done.stderr.strip()}")
+    return done.stdout
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +159,19 @@ def test_a_worker_cut_off_is_reported_and_taken_back_while_the_head_trains_on(ho
         assert {link["url"].split("//")[1].rsplit(":", 1)[0] for link in head_links if link["peer"] == "worker"} == {
             hosts.worker_ip
         }, "the head reaches the worker at the worker's own address"
+
+        # A slow, lossy link. This kernel has no netem qdisc (nor CI's), so a token bucket stands in: both ends at
+        # 1 Mbit/s with 50 ms of queue, so packets wait (delay) and past the queue are dropped (loss). TCP carries
+        # the links through it: the worker keeps shipping, the head keeps training, no host is lost.
+        hosts.shape("tbf", "rate", "1mbit", "burst", "8kb", "latency", "50ms")
+        try:
+            sent, version = metric(url, game, "game_chunks_sent") or 0, _version(url)
+            wait_until(lambda: (metric(url, game, "game_chunks_sent") or 0) > sent, START, "shipping, slowly")
+            wait_until(lambda: _version(url) > version + 2, START, "the head training with the slow link")
+            assert hosts.dropped() > 0, "the token bucket dropped no packet: the link was not lossy"
+            assert not log_events(run_dir, "host_lost") and get(f"{url}/health")[0] == 200
+        finally:
+            hosts.shape()
 
         # A cut link drops packets; nothing closes a socket. The links' heartbeats (node.heartbeat_s) find it.
         hosts.link("down")

@@ -190,27 +190,23 @@ def test_game_version_and_its_new_action_are_annealed_in(run: Run) -> None:
     assert not log_events(run.run_dir, "actor_crashed")
 
 
-FATES = (
-    "chunks_trained",
-    "chunks_refused",
-    "chunks_dropped_stale",
-    "chunks_dropped_arch",
-    "chunks_evicted_unused",
-    "chunks_waiting",
-)
+FATES = ("chunks_trained", "chunks_refused", "chunks_dropped_stale", "chunks_dropped_arch", "chunks_evicted_unused")
+"""The fates the learners report back to the game's ledger (ChunkFates)."""
 
 
 def chunk_counts(url: str, learners: tuple[str, ...] = (LEARNER,)) -> dict[str, int]:
-    """The game's chunks made and lost and the learners' chunks by fate (summed over `learners`), from one /actors
-    view."""
+    """From one /actors view: the game's ledger (chunks made, by reported fate, lost) and the chunks the `learners`
+    hold unused by their own count (`waiting`)."""
     view = {a["path"]: (a.get("status") or {}).get("metrics", {}) for a in get(f"{url}/actors")[1]["actors"]}
-    counts = {name: sum(view[path][name] for path in learners) for name in FATES}
+    counts = {name: view[GAME][f"game_{name}"] for name in FATES}
+    counts["waiting"] = sum(view[path]["chunks_waiting"] for path in learners)
     counts["lost"] = view[GAME]["game_chunks_lost"]
     return {"made": view[GAME]["game_chunks_made"], "accounted": sum(counts.values()), **counts}
 
 
 def settled_chunk_counts(url: str, learners: tuple[str, ...] = (LEARNER,), timeout: float = 60.0) -> dict[str, int]:
-    """chunk_counts at a moment no chunk is in flight (made == accounted), or the last seen after `timeout` seconds."""
+    """chunk_counts at a moment no chunk and no report of fates is in flight (made == accounted: the chunks the
+    ledger has no fate for are the ones the learners hold), or the last seen after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while (counts := chunk_counts(url, learners))["made"] != counts["accounted"] and time.monotonic() < deadline:
         time.sleep(0.1)

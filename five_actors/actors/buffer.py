@@ -18,6 +18,7 @@ import dataclasses
 import threading
 import time
 from collections import Counter, defaultdict, deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -223,8 +224,7 @@ class ExperienceBuffer:
     def refused(self, batch: int, source: str) -> None:
         """Count `batch` chunks from `source` refused on arrival."""
         with self._lock:
-            self.counters.refused += batch
-            self._unreported[source]["refused"] += batch
+            self._count("refused", {source: batch})
 
     def take_fates(self) -> dict[str, dict[str, int]]:
         """The fates met since the last call, by the chunks' source (ChunkFates fields)."""
@@ -233,10 +233,15 @@ class ExperienceBuffer:
         return {source: dict(counts) for source, counts in fates.items()}
 
     def _fate(self, name: str, chunks: list[Chunk]) -> None:
-        """Count `chunks` into fate `name` (a Counters field), by source too; the caller holds the lock."""
-        setattr(self.counters, name, getattr(self.counters, name) + len(chunks))
-        for chunk in chunks:
-            self._unreported[chunk.source][name] += 1
+        """Count `chunks` into fate `name`; the caller holds the lock."""
+        self._count(name, Counter(chunk.source for chunk in chunks))
+
+    def _count(self, name: str, by_source: Mapping[str, int]) -> None:
+        """Count chunks into fate `name` (a Counters field) and, by source, into the fates not yet reported; the
+        caller holds the lock."""
+        setattr(self.counters, name, getattr(self.counters, name) + sum(by_source.values()))
+        for source, count in by_source.items():
+            self._unreported[source][name] += count
 
     def reuse(self, now: float | None = None) -> float:
         """Samples consumed / samples produced over the window (inf when consumed with nothing produced)."""
@@ -280,7 +285,7 @@ class ExperienceBuffer:
             order = sorted(shuffled, key=lambda i: self.chunks[i].uses)[:count]
             picked = [self.chunks[i] for i in order]
             fresh = [c.uses == 0 for c in picked]
-            self._fate("trained", [c for c in picked if c.uses == 0])
+            self._fate("trained", [c for c, new in zip(picked, fresh, strict=True) if new])
             for c in picked:
                 c.uses += 1
             self.counters.consumed += count

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from five_actors.actors.ledger import FATES
 from tests.supervisor.cluster import REPO, Proc, get, log_events, wait_until
 
 pytestmark = pytest.mark.timeout(600)
@@ -190,15 +191,11 @@ def test_game_version_and_its_new_action_are_annealed_in(run: Run) -> None:
     assert not log_events(run.run_dir, "actor_crashed")
 
 
-FATES = ("chunks_trained", "chunks_refused", "chunks_dropped_stale", "chunks_dropped_arch", "chunks_evicted_unused")
-"""The fates the learners report back to the game's ledger (ChunkFates)."""
-
-
 def chunk_counts(url: str, learners: tuple[str, ...] = (LEARNER,)) -> dict[str, int]:
     """From one /actors view: the game's ledger (chunks made, by reported fate, lost) and the chunks the `learners`
     hold unused by their own count (`waiting`)."""
     view = {a["path"]: (a.get("status") or {}).get("metrics", {}) for a in get(f"{url}/actors")[1]["actors"]}
-    counts = {name: view[GAME][f"game_{name}"] for name in FATES}
+    counts = {f"chunks_{name}": view[GAME][f"game_chunks_{name}"] for name in FATES}
     counts["waiting"] = sum(view[path]["chunks_waiting"] for path in learners)
     counts["lost"] = view[GAME]["game_chunks_lost"]
     return {"made": view[GAME]["game_chunks_made"], "accounted": sum(counts.values()), **counts}

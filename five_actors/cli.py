@@ -483,15 +483,18 @@ def cmd_surgery(args: argparse.Namespace) -> int:
 
     if args.out is None and not args.dry_run:
         raise SurgeryRejected("give --out FILE for the new checkpoint, or --dry-run to only report")
-    game = load_config(args.config).game if args.config else None
+    if args.overrides and not args.config:
+        raise FiveActorsError("--set overrides a config: give --config as well")
+    config = load_config(args.config, args.overrides or ()) if args.config else None
     configure_logging("surgery", None, level="warning")  # stdout carries the report only
     report = checkpoint_surgery(
         parse_ops(args.operation),
         args.checkpoint,
         None if args.dry_run else args.out,
-        game,
+        None if config is None else config.game,
         args.probe_steps,
         seed=args.seed,
+        env=None if config is None else config.env,
     )
     sys.stdout.write(
         orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n" if args.json else format_report(report)
@@ -600,7 +603,13 @@ def _add_surgery_parser(commands: argparse._SubParsersAction[argparse.ArgumentPa
         "--dry-run", action="store_true", help="report what would change and the verification, write nothing"
     )
     surgery.add_argument(
-        "--config", metavar="CONFIG", help="the run's config: its [game] section shapes the probe games"
+        "--config",
+        metavar="CONFIG",
+        help="the run's config: its [game] section shapes the probe games, or its [env] names the external "
+        "environment they are played in",
+    )
+    surgery.add_argument(
+        "--set", dest="overrides", action="append", metavar="KEY=VALUE", help="override a key of --config"
     )
     surgery.add_argument(
         "--probe-steps", type=int, default=256, metavar="N", help="steps of recorded games to verify on (default 256)"

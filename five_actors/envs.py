@@ -4,8 +4,12 @@
 registered gymnasium environment, `id = "pettingzoo:package.module"` a PettingZoo environment module
 whose `parallel_env()` makes one copy, and `factory = "package.module:function"` a user's own (a
 function of no arguments returning a gymnasium.Env or a PettingZoo ParallelEnv). All but the lane
-game are external environments: one team, the latest policy playing every agent, no opponent pool,
-evaluated by mean episode return (five_actors.game.gymnasium_env, five_actors.game.pettingzoo_env).
+game are external environments. With `teams = 1` (the default) one team: the latest policy plays
+every agent, no opponent pool, evaluated by mean episode return. A PettingZoo environment with
+`teams = 2` is a two-team game: its agents split into halves in `possible_agents` order, a game is
+won by the team with the higher total return, and it keeps self-play as the lane game does (past
+opponents, win rates and TrueSkill against a uniformly random player and past versions).
+(five_actors.game.gymnasium_env, five_actors.game.pettingzoo_env.)
 """
 
 from __future__ import annotations
@@ -38,8 +42,13 @@ class EnvConfig:
     "pettingzoo:package.module" (a module with `parallel_env()`, e.g. "pettingzoo:mpe2.simple_spread_v3")."""
     factory: str = ""
     """"package.module:function" returning a gymnasium.Env or a PettingZoo ParallelEnv; used instead of `id`."""
+    teams: int = 1
+    """Sides of an external environment: 1, or 2 for a PettingZoo game of two teams (the first half of
+    `possible_agents` against the second), which keeps self-play. The lane game always has two."""
 
     def __post_init__(self) -> None:
+        if self.teams not in (1, 2):
+            raise ValueError(f"env.teams must be 1 or 2, got {self.teams}")
         if self.factory:
             module, sep, name = self.factory.partition(":")
             if not sep or not module or not name.isidentifier():
@@ -59,6 +68,11 @@ class EnvConfig:
     def is_lane(self) -> bool:
         """True for the built-in lane game (two teams, self-play)."""
         return not self.factory and self.id == LANE
+
+    @property
+    def self_play(self) -> bool:
+        """Two teams: past opponents in training, win rates and TrueSkill in evaluation."""
+        return self.is_lane or self.teams == 2
 
     @property
     def name(self) -> str:
@@ -89,8 +103,11 @@ def make_external(env: EnvConfig, copies: int, seed: int) -> GymBatchEnv | Paral
     factory = _factory(env)
     first = factory()
     if not is_parallel_env(first):
+        if env.teams != 1:
+            first.close()
+            raise ConfigError(f"env.teams = {env.teams}: {env.name} is a gymnasium environment, with one agent")
         return GymBatchEnv(_reusing(first, factory), copies, seed=seed)
-    return ParallelBatchEnv(_reusing(first, factory), copies, seed=seed, name=env.name)
+    return ParallelBatchEnv(_reusing(first, factory), copies, seed=seed, name=env.name, teams=env.teams)
 
 
 def check_env(env: EnvConfig) -> None:

@@ -12,10 +12,13 @@ the scripted bot to RUN_DIR/replays/, and saves the ratings to RUN_DIR/eval/rati
 a resumed run reads back. Each round's TrueSkill goes to the ParamServer (EvalRating), which
 reverts a live surgery's change being annealed in when it falls too far.
 
-An external environment (`[env]` other than the lane game) has no opponents: each round
-plays `training.eval_games` episodes of the latest version on held-out seeds (the same ones
-every round, far from the training copies' seeds) and logs one `eval_result` event with the
-mean episode return and its 95% confidence interval; there are no ratings.
+A two-team external environment (PettingZoo, `env.teams = 2`) is rated the same way, with
+games of the environment (seeded from `play.EVAL_SEED_BASE`) and a uniformly random player
+(bots.UniformBot) as the random reference; it has no scripted bot and no replays. An external
+environment of one team has no opponents: each round plays `training.eval_games` episodes of
+the latest version on held-out seeds (the same ones every round, far from the training copies'
+seeds) and logs one `eval_result` event with the mean episode return and its 95% confidence
+interval; there are no ratings.
 """
 
 from __future__ import annotations
@@ -33,11 +36,19 @@ import structlog
 from five_actors.actors.config import limit_torch_threads, run_settings
 from five_actors.actors.inference import policy_from_params
 from five_actors.actors.messages import EvalRating, GetParams, GetStats, Params
-from five_actors.actors.play import EVAL_SEED_BASE, GameOutcome, play_episodes, play_round, summarize, summarize_returns
+from five_actors.actors.play import (
+    EVAL_SEED_BASE,
+    GameOutcome,
+    play_episodes,
+    play_games,
+    play_round,
+    summarize,
+    summarize_returns,
+)
 from five_actors.actors.ratings import Ratings, load_state, save_state
 from five_actors.envs import make_external
 from five_actors.errors import FiveActorsError
-from five_actors.game.bots import RandomBot, ScriptedBot
+from five_actors.game.bots import RandomBot, ScriptedBot, UniformBot
 from five_actors.game.config import GameConfig
 from five_actors.game.match import Bot
 from five_actors.model.policy import Policy
@@ -74,11 +85,15 @@ class EvalActor(Actor):
         self.rounds = 0
         self.last: dict[str, Any] = {}
         """The latest round: version, per-opponent results, the policy's score."""
+        self.reference: str | None = None
+        """The headline opponent: "scripted" (the lane game), "random" (a two-team external environment), None (an
+        environment of one team: mean returns)."""
 
     async def on_start(self) -> None:
         config, self.run_dir = run_settings(self)
         self.config = config
         self.training = config.training
+        self.reference = "scripted" if config.env.is_lane else "random" if config.env.self_play else None
         self.device = os.environ.get(DEVICE_ENV) or config.model.device
         limit_torch_threads(self.device, self.training.inference_torch_threads)
         self.log = log.bind(actor=self.ref.path)
@@ -113,7 +128,13 @@ class EvalActor(Actor):
             metrics["eval_trueskill_sigma"] = float(self.last["trueskill_sigma"])
             for name, result in self.last["results"].items():
                 metrics[f"eval_win_rate_{'past' if name.startswith('v') else name}"] = float(result["win_rate"])
-        return {"rounds": self.rounds, "version": self.last.get("version"), "last": self.last, "metrics": metrics}
+        return {
+            "rounds": self.rounds,
+            "version": self.last.get("version"),
+            "reference": self.reference,
+            "last": self.last,
+            "metrics": metrics,
+        }
 
     async def _evaluate_forever(self) -> None:
         while True:
@@ -152,13 +173,15 @@ class EvalActor(Actor):
         except FiveActorsError as exc:
             self.log.warning("params_refused", version=latest.version, reason=str(exc))
             return None
-        if not self.config.env.is_lane:
+        if not self.config.env.self_play:
             return await self._evaluate_returns(latest.version, policy)
         me = f"v{latest.version}"
-        opponents: list[tuple[str, Bot | Policy]] = [
-            ("random", RandomBot(seed=self.training.seed + self.rounds)),
-            ("scripted", ScriptedBot(self._game_for(policy))),
-        ]
+        bot_seed = self.training.seed + self.rounds
+        opponents: list[tuple[str, Bot | Policy]] = (
+            [("random", RandomBot(bot_seed)), ("scripted", ScriptedBot(self._game_for(policy)))]
+            if self.config.env.is_lane
+            else [("random", UniformBot(policy.spec.actions, bot_seed))]
+        )
         for version in self._past_versions(latest.version):
             params = self.frozen.get(version) or await self._fetch(version)
             if params is None or params.arch != latest.arch:
@@ -170,9 +193,7 @@ class EvalActor(Actor):
         for index, (name, opponent) in enumerate(opponents):
             record = self._replay_path(latest.version, name) if name == "scripted" else None
             seed = self.training.seed + 7919 * self.rounds + index
-            outcomes = await asyncio.to_thread(
-                play_round, self.config.game, policy, opponent, self.training.eval_games, seed, record
-            )
+            outcomes = await asyncio.to_thread(self._play, policy, opponent, seed, record)
             for outcome in outcomes:
                 self.ratings.record(me, name, outcome.score)
             results[name] = self._result(latest.version, name, outcomes)
@@ -202,6 +223,17 @@ class EvalActor(Actor):
         except FiveActorsError as exc:
             self.log.info("rating_not_told", version=latest.version, reason=str(exc))
         return self.last
+
+    def _play(self, policy: Policy, opponent: Bot | Policy, seed: int, record: Path | None) -> list[GameOutcome]:
+        """One round's games against one opponent: lane games, or games of the external environment."""
+        games = self.training.eval_games
+        if self.config.env.is_lane:
+            return play_round(self.config.game, policy, opponent, games, seed, record)
+        env = make_external(self.config.env, games, EVAL_SEED_BASE + seed)
+        try:
+            return play_games(env, policy, opponent, EVAL_SEED_BASE + seed)
+        finally:
+            env.close()
 
     async def _evaluate_returns(self, version: int, policy: Policy) -> dict[str, Any]:
         """An external environment's round: the mean return of `training.eval_games` episodes on the held-out seeds."""
@@ -241,7 +273,7 @@ class EvalActor(Actor):
         return {"version": version, "opponent": opponent, **summarize(outcomes)}
 
     def _replay_path(self, version: int, opponent: str) -> Path | None:
-        if self.run_dir is None:
+        if self.run_dir is None or not self.config.env.is_lane:
             return None
         return self.run_dir / "replays" / f"eval-r{self.rounds + 1:05d}-v{version}-vs-{opponent}.replay"
 

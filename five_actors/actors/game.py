@@ -1,13 +1,13 @@
 """GameActor: steps a batch of games, acts through an InferenceActor, ships rollout chunks.
 
 The games are the run's environment (`[env]`, five_actors.envs): the lane game, or copies of a
-gymnasium environment (one row each) or of a PettingZoo parallel one (a row per agent), always the
-latest policy, no opponents; the returns of finished episodes are kept for `mean_return`). In the lane
-game every hero of both teams of every game is a row of one batch. At each game's start one team
-plays a past version from the ParamServer's opponent pool with probability
-`training.past_opponent_share`, else both teams play the latest policy. The past version's side
-alternates from one such game to the next in each game slot (slots start on alternate sides), so
-the learning policy meets past opponents from both sides of the map. Each step sends every
+gymnasium environment (one row each) or of a PettingZoo parallel one (a row per agent); the returns
+of finished episodes are kept for `mean_return`. A game of two teams (the lane game, or a PettingZoo
+environment with `env.teams = 2`) is self-play: every agent of both teams of every game is a row of
+one batch, and at each game's start one team plays a past version from the ParamServer's opponent
+pool with probability `training.past_opponent_share`, else both teams play the latest policy. The
+past version's side alternates from one such game to the next in each game slot (slots start on
+alternate sides), so the learning policy meets past opponents from both sides of the map. Each step sends every
 row's observation, masks and LSTM state in one InferRequest and applies the reply.
 
 Rows played by the latest policy are learned from: once a chunk of `rollout_chunk_steps` steps
@@ -163,6 +163,7 @@ class GameActor(Actor):
         # Each game actor plays its own games: its seed comes from the run's and its path.
         seed = self.seed if self.seed is not None else (training.seed + zlib.crc32(self.ref.path.encode())) % 2**31
         self.lane = config.env.is_lane
+        self.self_play = config.env.self_play
         self.game = await asyncio.to_thread(
             make_env, config.env, config.game, training.games_per_actor, seed
         )  # may compile numba kernels
@@ -254,15 +255,15 @@ class GameActor(Actor):
         return self.game
 
     def _row_versions(self) -> np.ndarray:
-        if not self.lane:
+        if not self.self_play:
             return np.full(self.game.num_rows, LATEST, np.int64)
         return row_versions(self.opponents, self.past_team, self.game.agents_per_team)
 
     async def _pick_opponent(self, game: int) -> None:
-        """Decide at a game's start whether team 1 plays a past version (asked of the ParamServer); never in an
-        external env."""
+        """Decide at a game's start whether a team plays a past version (asked of the ParamServer); never in a game
+        of one team."""
         self.opponents[game] = LATEST
-        if not self.lane or self.rng.random() >= self.training.past_opponent_share:
+        if not self.self_play or self.rng.random() >= self.training.past_opponent_share:
             return
         try:
             reply = await self.params.ask(OpponentRequest(), timeout=OPPONENT_TIMEOUT_S)

@@ -12,6 +12,12 @@ the EvalActor's mean return on held-out seeds (95% interval):
 
     42s | v 17 | env steps/s 1,530 | samples/s 2,048 | staleness 1.2 | reuse 1.31 | return 187.4 | eval 201.3 [180.2,
     222.4] | 5/5 up | restarts 0
+
+and in a two-team external environment (self-play, no scripted bot) the GameActors' mean return and
+the win rate against the EvalActor's reference, the uniformly random player, with TrueSkill:
+
+    42s | v 17 | env steps/s 1,530 | samples/s 2,048 | staleness 1.2 | reuse 1.31 | return 5.1 | vs random 0.90
+    [0.60, 0.98] | TrueSkill 8.3 | 5/5 up | restarts 0
  Every `log_every_s` the same
 facts are logged as one `training_progress` event. A tree without training actors gets the
 supervisor's generic line.
@@ -79,13 +85,17 @@ class TrainingLine:
             if trained
             else None,
             "win_rate_scripted": None,
+            "win_rate_random": None,
             "trueskill": None,
             "mean_return": round(sum(returns) / len(returns), 3) if returns else None,
             "eval_return": None,
         }
         if evals:
-            last = (evals[0].get("status") or {}).get("last") or {}
+            status = evals[0].get("status") or {}
+            facts["reference"] = status.get("reference")
+            last = status.get("last") or {}
             scripted = (last.get("results") or {}).get("scripted")
+            random = (last.get("results") or {}).get("random")
             if "mean_return" in last:
                 facts.update(
                     eval_return=last["mean_return"], eval_return_low=last["ci_low"], eval_return_high=last["ci_high"]
@@ -95,6 +105,12 @@ class TrainingLine:
                     win_rate_scripted=scripted["win_rate"],
                     win_rate_low=scripted["ci_low"],
                     win_rate_high=scripted["ci_high"],
+                )
+            if random:
+                facts.update(
+                    win_rate_random=random["win_rate"],
+                    win_rate_random_low=random["ci_low"],
+                    win_rate_random_high=random["ci_high"],
                 )
             facts["trueskill"] = last.get("trueskill")
             facts["eval_version"] = last.get("version")
@@ -120,9 +136,14 @@ def format_line(facts: dict[str, Any], elapsed: float) -> str:
     def num(value: Any, spec: str) -> str:
         return "-" if value is None else format(value, spec)
 
-    scripted = num(facts.get("win_rate_scripted"), ".2f")
-    if facts.get("win_rate_scripted") is not None:
-        scripted += f" [{facts['win_rate_low']:.2f}, {facts['win_rate_high']:.2f}]"
+    def rate(key: str, low: str, high: str) -> str:
+        if facts.get(key) is None:
+            return "-"
+        return f"{facts[key]:.2f} [{facts[low]:.2f}, {facts[high]:.2f}]"
+
+    # The EvalActor's headline opponent: the scripted bot (lane game), the random player (a two-team external
+    # environment), none (one team, or no EvalActor yet: mean returns where the games report them).
+    reference = facts.get("reference")
     parts = [
         f"{elapsed:6.0f}s",
         f"v {num(facts['version'], 'd')}",
@@ -131,13 +152,20 @@ def format_line(facts: dict[str, Any], elapsed: float) -> str:
         f"staleness {num(facts['staleness'], '.2f')}",
         f"reuse {num(facts['reuse'], '.2f')}",
     ]
-    if facts.get("mean_return") is not None or facts.get("eval_return") is not None:
+    returns = facts.get("mean_return") is not None or facts.get("eval_return") is not None
+    if returns:
+        parts.append(f"return {num(facts.get('mean_return'), '.1f')}")
+    if returns and reference is None:
         evaluated = num(facts.get("eval_return"), ".1f")
         if facts.get("eval_return") is not None:
             evaluated += f" [{facts['eval_return_low']:.1f}, {facts['eval_return_high']:.1f}]"
-        parts += [f"return {num(facts.get('mean_return'), '.1f')}", f"eval {evaluated}"]
-    else:
-        parts += [f"vs scripted {scripted}", f"TrueSkill {num(facts['trueskill'], '.1f')}"]
+        parts.append(f"eval {evaluated}")
+    elif reference == "random":
+        parts += [f"vs random {rate('win_rate_random', 'win_rate_random_low', 'win_rate_random_high')}"]
+        parts.append(f"TrueSkill {num(facts['trueskill'], '.1f')}")
+    elif not returns:
+        parts += [f"vs scripted {rate('win_rate_scripted', 'win_rate_low', 'win_rate_high')}"]
+        parts.append(f"TrueSkill {num(facts['trueskill'], '.1f')}")
     parts += [
         f"{facts['running']}/{facts['actors']} up",
         f"restarts {facts['restarts']}",

@@ -69,57 +69,84 @@ def play_round(
     record: Path | None = None,
     progress: Progress | None = None,
 ) -> list[GameOutcome]:
-    """Play `games` games of `player` against `opponent` at once until each has ended once.
-
-    The player is team 0 in even games and team 1 in odd ones, so both sides of the map get
-    played. Returns each game's outcome for the player, in game order; with `record`, saves
-    the replay of game 0 (the player on team 0) there.
-    """
+    """`play_games` in `games` lane games of `config`; with `record`, saves the replay of game 0 (the player on
+    team 0) there."""
     policies = [p for p in (player, opponent) if isinstance(p, Policy)]
     # After a live surgery a policy may read another game version's layout: play the newest version either knows.
     version = max((p.spec.obs.version for p in policies), default=config.version)
     env = LaneGame(dataclasses.replace(config, games_per_batch=games, seed=seed, version=version))
+    watch = _replay_watch(env, record, replay_meta(config, seed)) if record is not None else None
+    return play_games(env, player, opponent, seed, watch, progress)
+
+
+def play_games(
+    env: BatchEnv,
+    player: Policy | Bot,
+    opponent: Policy | Bot,
+    seed: int,
+    watch: Callable[[int], None] | None = None,
+    progress: Progress | None = None,
+) -> list[GameOutcome]:
+    """Play every game of a two-team `env` (reset with `seed`), `player` against `opponent`, until each has ended
+    once; `watch` is called after every step with its number.
+
+    The player is team 0 in even games and team 1 in odd ones, so both sides get played. Returns each game's outcome
+    for the player (its score from the step's `infos["win"]`), in game order.
+    """
     obs, masks = env.reset(seed)
+    per_game = 2 * env.agents_per_team
     rows = np.arange(env.num_rows)
-    game_of, team_of = rows // (2 * env.agents_per_team), (rows // env.agents_per_team) % 2
+    game_of, team_of = rows // per_game, (rows // env.agents_per_team) % 2
     mine = team_of == game_of % 2
     sides = [_Side(player, mine, env), _Side(opponent, ~mine, env)]
-    recorder = Recorder(replay_meta(config, seed)) if record is not None else None
-    if recorder is not None:
-        recorder.frame(0, env.units_frame(0), [])
     outcomes: dict[int, GameOutcome] = {}
     step_no = 0
-    while len(outcomes) < games:
+    while len(outcomes) < env.num_games:
         step_no += 1
         actions = np.zeros((env.num_rows, env.action_spec.columns), dtype=np.int64)
         for side in sides:
             actions[side.rows] = side.act(obs, masks)
         step = env.step(actions)
         obs, masks = step.obs, step.masks
-        for result in env.results:
-            game, winner = result["game"], result["winner"]
+        for game in np.flatnonzero(step.dones[::per_game]).tolist():
             if game not in outcomes:
                 team = game % 2
-                outcomes[game] = GameOutcome(0.5 if winner < 0 else float(winner == team), int(result["steps"]), team)
-                if game == 0 and recorder is not None and record is not None:
-                    recorder.frame(step_no, env.units_frame(0), env.events(0))
-                    recorder.save(record, {k: v for k, v in result.items() if k != "game"})
-                    recorder = None
-        env.results.clear()
-        if recorder is not None:
-            recorder.frame(step_no, env.units_frame(0), env.events(0))
+                score = float(step.infos["win"][game * per_game + team * env.agents_per_team])
+                outcomes[game] = GameOutcome(score, step_no, team)
+        if watch is not None:
+            watch(step_no)
         if step.dones.any():
             for side in sides:
                 side.reset(step.dones)
         if progress is not None:
             progress(step_no, len(outcomes))
-    return [outcomes[g] for g in range(games)]
+    return [outcomes[g] for g in range(env.num_games)]
+
+
+def _replay_watch(env: LaneGame, path: Path, meta: dict[str, Any]) -> Callable[[int], None]:
+    """A `play_games` watch that records game 0's frames after every step and saves its replay at `path` when it
+    ends."""
+    recorder = Recorder(meta)
+    recorder.frame(0, env.units_frame(0), [])
+    saved = False
+
+    def watch(step_no: int) -> None:
+        nonlocal saved
+        if not saved:
+            recorder.frame(step_no, env.units_frame(0), env.events(0))
+            for result in env.results:
+                if result["game"] == 0:
+                    recorder.save(path, {k: v for k, v in result.items() if k != "game"})
+                    saved = True
+        env.results.clear()
+
+    return watch
 
 
 class _Side:
     """One player's rows of the batch, seen in its own layout when it is a policy."""
 
-    def __init__(self, who: Policy | Bot, rows: np.ndarray, env: LaneGame) -> None:
+    def __init__(self, who: Policy | Bot, rows: np.ndarray, env: BatchEnv) -> None:
         self.rows = rows
         self.env = env
         self.policy = who if isinstance(who, Policy) else None

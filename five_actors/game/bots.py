@@ -1,4 +1,5 @@
-"""Vectorised bots: `RandomBot` (uniform over legal actions) and `ScriptedBot` (a lane pusher).
+"""Vectorised bots: `RandomBot` (uniform over legal actions) and `ScriptedBot` (a lane pusher) for the lane game,
+`UniformBot` (uniform over legal actions) for any environment's layout.
 
 A bot maps the observations and masks of some rows to actions: `bot.act(obs, masks)`. The
 rows must come as whole teams (heroes_per_side consecutive rows each, in hero order), as
@@ -13,6 +14,7 @@ import numpy as np
 
 from five_actors.game.config import GameConfig
 from five_actors.game.jit import kernel
+from five_actors.game.layout import ActionSpec, encode_continuous
 from five_actors.game.spec import obs_spec
 from five_actors.game.state import (
     A_ABILITY0,
@@ -72,6 +74,27 @@ class RandomBot:
         _seed(int(self._rng.integers(0, 2**31 - 1)))
         _random_actions(masks["type"], masks["move"], masks["target"], out)
         return out
+
+
+class UniformBot:
+    """Any layout's legal actions, uniformly: a type among the legal ones, then a legal choice of every head for it,
+    and real values (a Gaussian head's) from a standard normal. The random reference of an external environment."""
+
+    def __init__(self, actions: ActionSpec, seed: int = 0) -> None:
+        self.actions = actions
+        self._rng = np.random.default_rng(seed)
+
+    def act(self, obs: np.ndarray, masks: dict[str, np.ndarray]) -> np.ndarray:
+        """Action columns `[rows, actions.columns]` for the rows of `masks`."""
+        rows = masks["type"].shape[0]
+        types = self._pick(masks["type"])
+        heads = [self._pick(masks[h.name][np.arange(rows), types]) for h in self.actions.heads]
+        real = encode_continuous(self._rng.standard_normal((rows, self.actions.continuous)))
+        return np.concatenate([np.stack([types, *heads], axis=1), real], axis=1)
+
+    def _pick(self, mask: np.ndarray) -> np.ndarray:
+        """A uniformly random True index of each row of `mask` (0 where none is)."""
+        return np.argmax(np.where(mask, self._rng.random(mask.shape), -1.0), axis=1)
 
 
 # Indices into ScriptedBot's `layout` array: block offsets, widths and feature positions.

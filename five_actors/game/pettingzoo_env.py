@@ -11,6 +11,11 @@ of the copy is done in the same step, with `infos["episode_return"]` the agent's
 `infos["truncated"]` / `infos["final_obs"]` from the step it left, and the copy resets. An agent
 that leaves before the others sits the rest of the episode out as a row of its last observation,
 reward 0, its actions ignored.
+
+With `teams=2` the agents form two teams, the first half of `possible_agents` against the second
+(rows of a copy: team 0's agents, then team 1's, as in the lane game), and a copy's end is a game's:
+`infos["win"]` gives every row of it 1 when its team's total return is the higher, 0.5 on a tie,
+0 otherwise (0 on rows whose game goes on).
 """
 
 from __future__ import annotations
@@ -36,11 +41,10 @@ def is_parallel_env(env: object) -> bool:
 class ParallelBatchEnv:
     """`num_envs` copies of one PettingZoo parallel environment, every agent a row (module docstring)."""
 
-    teams = 1
-
-    def __init__(self, factory: ParallelFactory, num_envs: int, seed: int = 0, name: str = "") -> None:
+    def __init__(self, factory: ParallelFactory, num_envs: int, seed: int = 0, name: str = "", teams: int = 1) -> None:
         if num_envs < 1:
             raise GameError(f"num_envs must be at least 1, got {num_envs}")
+        self.teams = teams
         self.name = name or getattr(factory, "__name__", "custom")
         self.envs = [factory() for _ in range(num_envs)]
         self.num_games = num_envs
@@ -51,7 +55,11 @@ class ParallelBatchEnv:
         """An agent's row within its copy's."""
         if not self.agents:
             raise GameError(f"{self.name}: the environment has no agents (possible_agents is empty)")
-        self.agents_per_team = len(self.agents)
+        if len(self.agents) % teams:
+            raise GameError(
+                f"{self.name}: {len(self.agents)} agents {self.agents} cannot form {teams} teams of equal size"
+            )
+        self.agents_per_team = len(self.agents) // teams
         obs_space, action_space = first.observation_space(self.agents[0]), first.action_space(self.agents[0])
         for agent in self.agents[1:]:
             if first.observation_space(agent) != obs_space or first.action_space(agent) != action_space:
@@ -77,7 +85,7 @@ class ParallelBatchEnv:
     @property
     def num_rows(self) -> int:
         """One row per agent of every copy."""
-        return self.num_games * self.agents_per_team
+        return self.num_games * len(self.agents)
 
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Reset every copy (copy i seeded `seed + i`); returns the first observations and masks."""
@@ -92,6 +100,7 @@ class ParallelBatchEnv:
         actions = self.spaces.check(actions, self.num_rows)
         width = len(self.agents)
         self.episodes.begin()
+        win = np.zeros(self.num_rows, np.float32)
         for i, env in enumerate(self.envs):
             first = i * width
             live = list(env.agents)
@@ -110,13 +119,26 @@ class ParallelBatchEnv:
                 continue
             span = slice(first, first + width)
             self.episodes.end(span, self._left_truncated[span], self._left_obs[span])
+            win[span] = self._outcome(self.episodes.episode_return[span])
             self._reset_copy(i, None)
-        return self.episodes.step(self._last.copy(), self.spaces.masks(self.num_rows))
+        step = self.episodes.step(self._last.copy(), self.spaces.masks(self.num_rows))
+        if self.teams == 2:
+            step.infos["win"] = win
+        return step
 
     def close(self) -> None:
         """Close every copy."""
         for env in self.envs:
             env.close()
+
+    def _outcome(self, returns: np.ndarray) -> np.ndarray:
+        """Each row's score of a finished copy from its agents' returns: 1 when its team's total is the higher, 0.5
+        on a tie, 0 otherwise (with one team, 0)."""
+        if self.teams == 1:
+            return np.zeros(len(returns), np.float32)
+        totals = returns.reshape(2, self.agents_per_team).sum(1)
+        mine = np.sign(totals - totals[::-1]) * 0.5 + 0.5  # per team: 1 ahead, 0.5 level, 0 behind
+        return np.repeat(mine, self.agents_per_team).astype(np.float32)
 
     def _reset_copy(self, i: int, seed: int | None) -> None:
         obs, _ = self.envs[i].reset(seed=seed)

@@ -23,20 +23,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from five_actors.envs import EnvConfig, make_external
+from five_actors.envs import EnvConfig
 from five_actors.errors import SurgeryRejected
 from five_actors.game.config import GameConfig
 from five_actors.model.spec import ModelSpec
-from five_actors.surgery.offline import target_version
+from five_actors.surgery.offline import record_run_probes
 from five_actors.surgery.ops import SurgeryOp, describe, parse_ops
 from five_actors.surgery.state import ModelState, parameter_names
 from five_actors.surgery.verify import (
     Probes,
     Verification,
     operate_all,
-    probe_config,
-    record_env_probes,
-    record_probes,
 )
 
 Operated = dict[int, tuple[ModelState, Verification]]
@@ -109,14 +106,7 @@ def prepare(
     if not 1 <= probe_steps <= MAX_PROBE_STEPS:
         raise SurgeryRejected(f"probe_steps must be within 1..{MAX_PROBE_STEPS}, got {probe_steps}")
     ops = parse_ops(list(words))
-    if env is not None and not env.is_lane:
-        external = make_external(env, 2, seed)
-        try:
-            return ops, record_env_probes(external, probe_steps, seed)
-        finally:
-            external.close()
-    version = max(spec.obs.version, *(target_version(op) for op in ops))
-    return ops, record_probes(probe_config(spec, game, version), probe_steps, 1, seed)
+    return ops, record_run_probes(ops, spec, game, env, probe_steps, 1 if env is None or env.is_lane else 2, seed)
 
 
 def operate_past(

@@ -15,13 +15,15 @@ from typing import Any
 
 import torch
 
+from five_actors.envs import EnvConfig, make_external
 from five_actors.errors import SurgeryRejected
 from five_actors.game.config import GameConfig
 from five_actors.model.checkpoint import Checkpoint, read_checkpoint, save_checkpoint
+from five_actors.model.spec import ModelSpec
 from five_actors.surgery.anneal import ANNEAL_COUNTER
 from five_actors.surgery.ops import SurgeryOp, describe
 from five_actors.surgery.state import ModelState
-from five_actors.surgery.verify import operate, probe_config, record_probes
+from five_actors.surgery.verify import Probes, operate, probe_config, record_env_probes, record_probes
 
 
 def state_of(checkpoint: Checkpoint) -> ModelState:
@@ -58,6 +60,7 @@ def checkpoint_surgery(
     probe_steps: int = 256,
     probe_games: int = 2,
     seed: int = 0,
+    env: EnvConfig | None = None,
 ) -> dict[str, Any]:
     """Apply `ops` to the checkpoint at `checkpoint`, verify, and write the result to `out` (None: a dry run).
 
@@ -66,8 +69,7 @@ def checkpoint_surgery(
     """
     ckpt = read_checkpoint(checkpoint)
     old = state_of(ckpt)
-    version = max(old.spec.obs.version, *(target_version(op) for op in ops))
-    probes = record_probes(probe_config(old.spec, game, version), probe_steps, probe_games, seed)
+    probes = record_run_probes(ops, old.spec, game, env, probe_steps, probe_games, seed)
     new, verification = operate(list(ops), old, probes, seed)
     if out is not None:
         save_state(out, new, ckpt.counters)
@@ -79,6 +81,27 @@ def checkpoint_surgery(
         "changes": describe(old, new),
         "verification": verification.to_dict(),
     }
+
+
+def record_run_probes(
+    ops: Sequence[SurgeryOp],
+    spec: ModelSpec,
+    game: GameConfig | None,
+    env: EnvConfig | None,
+    steps: int,
+    games: int,
+    seed: int = 0,
+) -> Probes:
+    """The games a surgery is verified on: `games` lane games (scripted against random) of the version `ops` lead to,
+    or, for a run on an external environment `env`, `games` copies of it played at random (bots.UniformBot)."""
+    if env is not None and not env.is_lane:
+        external = make_external(env, games, seed)
+        try:
+            return record_env_probes(external, steps, seed)
+        finally:
+            external.close()
+    version = max(spec.obs.version, *(target_version(op) for op in ops))
+    return record_probes(probe_config(spec, game, version), steps, games, seed)
 
 
 def target_version(op: SurgeryOp) -> int:

@@ -172,7 +172,11 @@ def _insert_features(edit: Edit, block: str, features: Sequence[str], order: Seq
 
 
 def add_observation(edit: Edit, features: Sequence[str], version: int = LANE_GAME_VERSIONS[-1]) -> None:
-    """Add lane-game features named `BLOCK.FEATURE` (or `all` of `version`'s) where that version's layout puts them."""
+    """Add lane-game features named `BLOCK.FEATURE` (or `all` of `version`'s) where that version's layout puts them;
+    in a model of an external environment, add the named features at the end of their block."""
+    if not _lane_layout(edit.spec):
+        _add_external_features(edit, features)
+        return
     target = target_features(edit.spec, version)
     wanted: dict[str, list[str]] = {}
     if list(features) == ["all"]:
@@ -195,6 +199,32 @@ def add_observation(edit: Edit, features: Sequence[str], version: int = LANE_GAM
             wanted.setdefault(block, []).append(feature)
     for block, adding in wanted.items():
         _insert_features(edit, block, sorted(adding, key=target[block].index), target[block])
+
+
+def _lane_layout(spec: ModelSpec) -> bool:
+    """Whether the model reads the lane game's entity blocks (else an external environment's)."""
+    from five_actors.game.spec import block_features
+
+    return {b.name for b in spec.obs.blocks} == set(block_features(LANE_GAME_VERSIONS[0]))
+
+
+def _add_external_features(edit: Edit, features: Sequence[str]) -> None:
+    """An external environment's new features (`BLOCK.FEATURE`, e.g. self.obs4) after its block's last: where a
+    space that grew at its end flattens them."""
+    names = [b.name for b in edit.spec.obs.blocks]
+    if list(features) == ["all"]:
+        raise SurgeryRejected(
+            "'all' names the lane game's features; a model of an external environment needs the new ones named, "
+            f"BLOCK.FEATURE with BLOCK one of {names} (e.g. self.obs{edit.spec.obs.block(names[0]).width})"
+        )
+    wanted: dict[str, list[str]] = {}
+    for name in features:
+        block, dot, feature = name.partition(".")
+        if not dot or block not in names or not feature:
+            raise SurgeryRejected(f"feature {name!r} is not BLOCK.FEATURE with BLOCK one of {names}")
+        wanted.setdefault(block, []).append(feature)
+    for block, adding in wanted.items():
+        _insert_features(edit, block, adding)
 
 
 @operation("add-observation", "BLOCK.FEATURE ... | all")

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from five_actors.errors import GameError, SurgeryRejected
 from five_actors.game.config import HERO_TYPE_NAMES, GameConfig
-from five_actors.game.layout import ActionSpec, BatchEnv, ObsSpec, encode_continuous, project_masks, project_obs
+from five_actors.game.layout import ActionSpec, BatchEnv, ObsSpec, project_masks, project_obs
 from five_actors.model.policy import MASKED_LOGIT, Policy, State
 from five_actors.model.spec import ModelSpec
 from five_actors.surgery.ops import SurgeryOp, apply
@@ -138,18 +138,11 @@ def record_probes(config: GameConfig, steps: int = 256, games: int = 2, seed: in
 
 
 def record_env_probes(env: BatchEnv, steps: int = 256, seed: int = 0) -> Probes:
-    """Play `steps` steps of an external environment's copies with random actions (every discrete choice alike, real
-    values from a standard normal) and record what its rows saw: the probes of a run on an environment other than the
-    lane game."""
-    rng = np.random.default_rng(seed)
-    spec = env.action_spec
-    choices = [len(spec.types), *(h.size for h in spec.heads)]
+    """Play `steps` steps of an external environment's copies with random actions (bots.UniformBot) and record what
+    its rows saw: the probes of a run on an environment other than the lane game."""
+    from five_actors.game.bots import UniformBot
 
-    def act(_obs: np.ndarray, _masks: dict[str, np.ndarray]) -> np.ndarray:
-        discrete = np.stack([rng.integers(0, n, env.num_rows) for n in choices], axis=1)
-        return np.concatenate([discrete, encode_continuous(rng.standard_normal((env.num_rows, spec.continuous)))], 1)
-
-    return _record(env, steps, seed, act)
+    return _record(env, steps, seed, UniformBot(env.action_spec, seed).act)
 
 
 def _record(

@@ -85,3 +85,12 @@ class Target(gym.Env):  # type: ignore[type-arg]
 def target() -> gym.Env:  # type: ignore[type-arg]
     """The real-valued-action environment."""
     return Target()
+
+
+def cartpole_grown() -> gym.Env:  # type: ignore[type-arg]
+    """CartPole-v1 whose observation grew at its end: a fifth feature, the pole's angle squared (a user's environment
+    after an update; `add-observation self.obs4` carries a CartPole model over to it)."""
+    env = gym.make("CartPole-v1")
+    low, high = env.observation_space.low, env.observation_space.high  # type: ignore[attr-defined]
+    space = gym.spaces.Box(np.append(low, 0.0).astype(np.float32), np.append(high, np.inf).astype(np.float32))
+    return gym.wrappers.TransformObservation(env, lambda o: np.append(o, o[2] ** 2).astype(np.float32), space)

@@ -9,18 +9,21 @@ import numpy as np
 import pytest
 from pettingzoo.test import parallel_api_test
 
+from five_actors.actors.play import play_games, summarize
 from five_actors.config import load_config
 from five_actors.envs import EnvConfig, make_external
 from five_actors.errors import ConfigError, GameError
+from five_actors.game.bots import UniformBot
 from five_actors.game.pettingzoo_env import ParallelBatchEnv
-from tests.actors.parallel_envs import EPISODE_STEPS, LEAVES_AT, Signals
+from tests.actors.parallel_envs import DUEL_STEPS, EPISODE_STEPS, LEAVES_AT, Duel, Signals
 from tests.supervisor.cluster import Proc, get, log_events, wait_until
 
 MODULE = "tests.actors.parallel_envs"
 
 
-def test_the_test_environment_passes_pettingzoos_own_api_test() -> None:
+def test_the_test_environments_pass_pettingzoos_own_api_test() -> None:
     parallel_api_test(Signals(), num_cycles=30)
+    parallel_api_test(Duel(), num_cycles=30)
 
 
 def test_every_agent_is_a_row_that_sees_its_index_and_gets_its_own_reward() -> None:
@@ -70,6 +73,53 @@ def test_agents_with_different_spaces_and_unknown_modules_are_refused_by_name() 
         load_config("cartpole", ["env.id=pettingzoo:"])
 
 
+TWO_TEAMS = EnvConfig(factory=f"{MODULE}:two_teams", teams=2)
+
+
+class RightAnswers:
+    """Duel's best player: the colour on red, the colour + 1 on blue (rows show the agent's one-hot after the
+    colour's one-hot and the position)."""
+
+    def act(self, obs: np.ndarray, masks: dict[str, np.ndarray]) -> np.ndarray:
+        blue = obs[:, 5 + 2 :].sum(1) > 0  # agents 2 and 3 are blue_0 and blue_1
+        return ((obs[:, :3].argmax(1) + blue) % 3)[:, None].astype(np.int64)
+
+
+def test_two_teams_split_the_agents_in_halves_and_the_higher_total_wins() -> None:
+    env = make_external(TWO_TEAMS, 2, seed=1)
+    assert isinstance(env, ParallelBatchEnv)
+    assert (env.teams, env.agents_per_team, env.num_rows) == (2, 2, 8)
+    obs, _ = env.reset()
+    for step_no in range(1, DUEL_STEPS + 1):  # every agent answers the colour: right on red, wrong on blue
+        step = env.step((obs[:, :3].argmax(1))[:, None])
+        obs = step.obs
+        assert step.rewards.tolist() == [1.0, 1.0, 0.0, 0.0] * 2
+        assert step.dones.all() == (step_no == DUEL_STEPS)
+    assert step.infos["truncated"].all()
+    assert step.infos["episode_return"].tolist() == [DUEL_STEPS, DUEL_STEPS, 0, 0] * 2
+    assert step.infos["win"].tolist() == [1.0, 1.0, 0.0, 0.0] * 2
+    going_on = env.step(np.zeros((8, 1), np.int64))
+    assert not going_on.dones.any() and not going_on.infos["win"].any()
+
+
+def test_a_two_team_game_refuses_what_cannot_form_two_teams() -> None:
+    with pytest.raises(GameError, match=r"3 agents \['a0', 'a1', 'a2'\] cannot form 2 teams"):
+        make_external(EnvConfig(factory=f"{MODULE}:parallel_env", teams=2), 1, seed=0)
+    with pytest.raises(ConfigError, match="env.teams = 2: gymnasium:CartPole-v1 is a gymnasium environment"):
+        make_external(EnvConfig(id="gymnasium:CartPole-v1", teams=2), 1, seed=0)
+    with pytest.raises(ConfigError, match="env.teams must be 1 or 2, got 3"):
+        load_config("cartpole", [f"env.factory={MODULE}:two_teams", "env.id=lane", "env.teams=3"])
+
+
+def test_play_games_plays_both_sides_and_scores_each_game_for_the_player() -> None:
+    env = make_external(TWO_TEAMS, 10, seed=3)
+    outcomes = play_games(env, RightAnswers(), UniformBot(env.action_spec, seed=5), seed=3)
+    assert [o.team for o in outcomes] == [0, 1] * 5 and {o.steps for o in outcomes} == {DUEL_STEPS}
+    assert summarize(outcomes)["win_rate"] >= 0.9  # 16 points against about 5.3
+    mirrored = play_games(env, UniformBot(env.action_spec, seed=6), RightAnswers(), seed=3)
+    assert summarize(mirrored)["win_rate"] <= 0.1
+
+
 @pytest.mark.timeout(300)
 def test_up_trains_one_shared_policy_over_the_agents(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
@@ -87,5 +137,39 @@ def test_up_trains_one_shared_policy_over_the_agents(tmp_path: Path) -> None:
         status, view = get(f"{url}/actors")
         game = next(a for a in view["actors"] if a["path"] == "/root/rollouts/game-0")
         assert status == 200 and game["status"]["metrics"]["game_past_opponent_games"] == 0
+    finally:
+        proc.kill()
+
+
+@pytest.mark.timeout(300)
+def test_up_on_a_two_team_game_keeps_self_play_and_rates_against_random_and_past_versions(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    args = ["up", "--config", "cartpole", "--run-dir", str(run_dir), "--port", "0", "--duration", "150"]
+    sets = [f"env.factory={MODULE}:two_teams", "env.id=lane", "env.teams=2", "ppo.horizon_seconds=0.5"]
+    sets += ["training.past_opponent_share=0.5", "training.pool_add_every=5"]
+    proc = Proc([*args, *(x for s in sets for x in ("--set", s))], tmp_path, "up")
+    try:
+        url = "http://127.0.0.1:" + proc.wait_for_output(r"serving http://127\.0\.0\.1:(\d+)").group(1)
+        beat = wait_until(
+            lambda: [
+                e for e in log_events(run_dir, "eval_result") if e["opponent"] == "random" and e["win_rate"] >= 0.9
+            ],
+            timeout=240,
+            what="an eval round that beats the uniformly random player in 0.9 of its games",
+        )[0]
+        assert beat["games"] == 10 and "trueskill" in beat
+        past = wait_until(
+            lambda: [e for e in log_events(run_dir, "eval_result") if e["opponent"].startswith("v")],
+            timeout=60,
+            what="an eval round against a past version",
+        )
+        assert past[0]["games"] == 10
+        status, view = get(f"{url}/actors")
+        game = next(a for a in view["actors"] if a["path"] == "/root/rollouts/game-0")
+        metrics = game["status"]["metrics"]
+        assert status == 200 and metrics["game_past_opponent_games"] > 0 and metrics["game_match_results"] > 0
+        assert not list(run_dir.glob("replays/*"))  # replays are the lane game's
+        # The live line: the games' mean return, the win rate against the random player, TrueSkill.
+        proc.wait_for_output(r"return [\d.]+ \| vs random \d\.\d\d \[\d\.\d\d, \d\.\d\d\] \| TrueSkill")
     finally:
         proc.kill()

@@ -11,7 +11,9 @@ import orjson
 import pytest
 import torch
 
+from five_actors.actors.params import initial_policy, model_spec
 from five_actors.cli import main
+from five_actors.config import load_config
 from five_actors.model.checkpoint import load_into, read_checkpoint, save_checkpoint
 from five_actors.model.policy import Policy
 from five_actors.surgery.state import ModelState
@@ -134,3 +136,31 @@ def test_no_probe_steps_is_refused(checkpoint: Path, tmp_path: Path, capsys: pyt
     )
     assert code == 2
     assert "at least one step" in capsys.readouterr().err
+
+
+FACTORY = "env.factory=tests.actors.gym_factories:cartpole_grown"
+GROWN = ["--config", "cartpole", "--set", "env.id=lane", "--set", FACTORY]
+"""The cartpole config on CartPole with a fifth observation feature."""
+
+
+def test_add_observation_carries_an_external_environments_model_to_its_grown_space(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = initial_policy(model_spec(load_config("cartpole")), seed=3)  # reads CartPole's obs0..obs3
+    path, out = tmp_path / "cartpole.ckpt", tmp_path / "grown.ckpt"
+    save_checkpoint(path, policy, torch.optim.Adam(policy.parameters()), {"version": 4})
+    args = ["surgery", "add-observation", "self.obs4", "--checkpoint", str(path), "--out", str(out)]
+    assert main([*args, *GROWN, "--probe-steps", "64", "--json"]) == 0
+    report = orjson.loads(capsys.readouterr().out)
+    # Verified on the grown environment's own observations: the old model reads obs0..obs3 of them, the new one all 5.
+    assert report["verification"]["preserved"] and report["verification"]["rows"] == 2
+    assert report["changes"]["features_added"] == {"self": ["obs4"]}
+    new = read_checkpoint(out)
+    assert new.spec.obs.block("self").features == ("obs0", "obs1", "obs2", "obs3", "obs4")
+
+    assert main(["surgery", "add-observation", "all", "--checkpoint", str(path), "--dry-run", *GROWN]) == 2
+    assert "a model of an external environment needs the new ones named" in capsys.readouterr().err
+    assert main(["surgery", "add-observation", "self.obs0", "--checkpoint", str(path), "--dry-run", *GROWN]) == 2
+    assert "already has feature 'obs0'" in capsys.readouterr().err
+    assert main(["surgery", "widen-lstm", "96", "--checkpoint", str(path), "--dry-run", "--set", "env.teams=2"]) == 2
+    assert "--set overrides a config: give --config as well" in capsys.readouterr().err

@@ -43,6 +43,14 @@ def _metrics(actor: dict[str, Any]) -> dict[str, Any]:
     return dict((actor.get("status") or {}).get("metrics") or {})
 
 
+WIN_RATE_FACTS = {
+    "scripted": ("win_rate_scripted", "win_rate_low", "win_rate_high"),
+    "random": ("win_rate_random", "win_rate_random_low", "win_rate_random_high"),
+}
+"""The facts of the win rate against each reference and its 95% interval (the scripted bot's keep their first names,
+which the dashboard and TensorBoard read)."""
+
+
 class TrainingLine:
     """Turns successive views into live lines (and periodic `training_progress` events)."""
 
@@ -94,24 +102,15 @@ class TrainingLine:
             status = evals[0].get("status") or {}
             facts["reference"] = status.get("reference")
             last = status.get("last") or {}
-            scripted = (last.get("results") or {}).get("scripted")
-            random = (last.get("results") or {}).get("random")
             if "mean_return" in last:
                 facts.update(
                     eval_return=last["mean_return"], eval_return_low=last["ci_low"], eval_return_high=last["ci_high"]
                 )
-            if scripted:
-                facts.update(
-                    win_rate_scripted=scripted["win_rate"],
-                    win_rate_low=scripted["ci_low"],
-                    win_rate_high=scripted["ci_high"],
-                )
-            if random:
-                facts.update(
-                    win_rate_random=random["win_rate"],
-                    win_rate_random_low=random["ci_low"],
-                    win_rate_random_high=random["ci_high"],
-                )
+            results = last.get("results") or {}
+            for opponent, (rate, low, high) in WIN_RATE_FACTS.items():
+                if results.get(opponent):
+                    result = results[opponent]
+                    facts.update({rate: result["win_rate"], low: result["ci_low"], high: result["ci_high"]})
             facts["trueskill"] = last.get("trueskill")
             facts["eval_version"] = last.get("version")
         tree = [a for a in view["actors"] if not a["path"].startswith("/_")]
@@ -136,11 +135,6 @@ def format_line(facts: dict[str, Any], elapsed: float) -> str:
     def num(value: Any, spec: str) -> str:
         return "-" if value is None else format(value, spec)
 
-    def rate(key: str, low: str, high: str) -> str:
-        if facts.get(key) is None:
-            return "-"
-        return f"{facts[key]:.2f} [{facts[low]:.2f}, {facts[high]:.2f}]"
-
     # The EvalActor's headline opponent: the scripted bot (lane game), the random player (a two-team external
     # environment), none (one team, or no EvalActor yet: mean returns where the games report them).
     reference = facts.get("reference")
@@ -155,17 +149,16 @@ def format_line(facts: dict[str, Any], elapsed: float) -> str:
     returns = facts.get("mean_return") is not None or facts.get("eval_return") is not None
     if returns:
         parts.append(f"return {num(facts.get('mean_return'), '.1f')}")
-    if returns and reference is None:
+    if returns and reference != "random":
         evaluated = num(facts.get("eval_return"), ".1f")
         if facts.get("eval_return") is not None:
             evaluated += f" [{facts['eval_return_low']:.1f}, {facts['eval_return_high']:.1f}]"
         parts.append(f"eval {evaluated}")
-    elif reference == "random":
-        parts += [f"vs random {rate('win_rate_random', 'win_rate_random_low', 'win_rate_random_high')}"]
-        parts.append(f"TrueSkill {num(facts['trueskill'], '.1f')}")
-    elif not returns:
-        parts += [f"vs scripted {rate('win_rate_scripted', 'win_rate_low', 'win_rate_high')}"]
-        parts.append(f"TrueSkill {num(facts['trueskill'], '.1f')}")
+    else:
+        opponent = reference or "scripted"
+        rate, low, high = WIN_RATE_FACTS[opponent]
+        won = "-" if facts.get(rate) is None else f"{facts[rate]:.2f} [{facts[low]:.2f}, {facts[high]:.2f}]"
+        parts += [f"vs {opponent} {won}", f"TrueSkill {num(facts['trueskill'], '.1f')}"]
     parts += [
         f"{facts['running']}/{facts['actors']} up",
         f"restarts {facts['restarts']}",

@@ -119,7 +119,8 @@ class ParallelBatchEnv:
                 continue
             span = slice(first, first + width)
             self.episodes.end(span, self._left_truncated[span], self._left_obs[span])
-            win[span] = self._outcome(self.episodes.episode_return[span])
+            if self.teams == 2:
+                win[span] = self._outcome(self.episodes.episode_return[span])
             self._reset_copy(i, None)
         step = self.episodes.step(self._last.copy(), self.spaces.masks(self.num_rows))
         if self.teams == 2:
@@ -132,10 +133,8 @@ class ParallelBatchEnv:
             env.close()
 
     def _outcome(self, returns: np.ndarray) -> np.ndarray:
-        """Each row's score of a finished copy from its agents' returns: 1 when its team's total is the higher, 0.5
-        on a tie, 0 otherwise (with one team, 0)."""
-        if self.teams == 1:
-            return np.zeros(len(returns), np.float32)
+        """Each row's score of a finished copy of two teams from its agents' returns: 1 when its team's total is the
+        higher, 0.5 on a tie, 0 otherwise."""
         totals = returns.reshape(2, self.agents_per_team).sum(1)
         mine = np.sign(totals - totals[::-1]) * 0.5 + 0.5  # per team: 1 ahead, 0.5 level, 0 behind
         return np.repeat(mine, self.agents_per_team).astype(np.float32)

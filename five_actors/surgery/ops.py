@@ -19,7 +19,7 @@ Removing or shrinking anything is refused: the paper kept deprecated inputs as c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -187,16 +187,14 @@ def add_observation(edit: Edit, features: Sequence[str], version: int = LANE_GAM
         if not wanted:
             raise SurgeryRejected(f"the model already has every feature of game version {version}")
     else:
-        for name in features:
-            block, dot, feature = name.partition(".")
-            if not dot or block not in target:
-                raise SurgeryRejected(f"feature {name!r} is not BLOCK.FEATURE with BLOCK one of {sorted(target)}")
-            if feature not in target[block]:
-                raise SurgeryRejected(
-                    f"game version {version} has no feature {feature!r} in block {block!r} (it has "
-                    f"{', '.join(target[block])})"
-                )
-            wanted.setdefault(block, []).append(feature)
+        wanted = _by_block(features, target)
+        for block, adding in wanted.items():
+            for feature in adding:
+                if feature not in target[block]:
+                    raise SurgeryRejected(
+                        f"game version {version} has no feature {feature!r} in block {block!r} (it has "
+                        f"{', '.join(target[block])})"
+                    )
     for block, adding in wanted.items():
         _insert_features(edit, block, sorted(adding, key=target[block].index), target[block])
 
@@ -211,20 +209,24 @@ def _lane_layout(spec: ModelSpec) -> bool:
 def _add_external_features(edit: Edit, features: Sequence[str]) -> None:
     """An external environment's new features (`BLOCK.FEATURE`, e.g. self.obs4) after its block's last: where a
     space that grew at its end flattens them."""
-    names = [b.name for b in edit.spec.obs.blocks]
     if list(features) == ["all"]:
         raise SurgeryRejected(
             "'all' names the lane game's features; a model of an external environment needs the new ones named, "
-            f"BLOCK.FEATURE with BLOCK one of {names} (e.g. self.obs{edit.spec.obs.block(names[0]).width})"
+            "BLOCK.FEATURE (a flattened space's features are self.obs0, self.obs1, ...)"
         )
+    for block, adding in _by_block(features, [b.name for b in edit.spec.obs.blocks]).items():
+        _insert_features(edit, block, adding)
+
+
+def _by_block(features: Sequence[str], blocks: Collection[str]) -> dict[str, list[str]]:
+    """Names `BLOCK.FEATURE` as block -> features, in order; SurgeryRejected for a name that is not one of `blocks`."""
     wanted: dict[str, list[str]] = {}
     for name in features:
         block, dot, feature = name.partition(".")
-        if not dot or block not in names or not feature:
-            raise SurgeryRejected(f"feature {name!r} is not BLOCK.FEATURE with BLOCK one of {names}")
+        if not dot or block not in blocks or not feature:
+            raise SurgeryRejected(f"feature {name!r} is not BLOCK.FEATURE with BLOCK one of {sorted(blocks)}")
         wanted.setdefault(block, []).append(feature)
-    for block, adding in wanted.items():
-        _insert_features(edit, block, adding)
+    return wanted
 
 
 @operation("add-observation", "BLOCK.FEATURE ... | all")

@@ -105,7 +105,10 @@ def make_external(env: EnvConfig, copies: int, seed: int) -> GymBatchEnv | Paral
     if not is_parallel_env(first):
         if env.teams != 1:
             first.close()
-            raise ConfigError(f"env.teams = {env.teams}: {env.name} is a gymnasium environment, with one agent")
+            raise ConfigError(
+                f"env.teams = {env.teams}: {env.name} is a gymnasium environment, with one agent; leave env.teams at "
+                "1, or name a PettingZoo environment of two teams"
+            )
         return GymBatchEnv(_reusing(first, factory), copies, seed=seed)
     return ParallelBatchEnv(_reusing(first, factory), copies, seed=seed, name=env.name, teams=env.teams)
 

@@ -8,6 +8,13 @@ processes spend per tell and per ask round trip, which a busy machine disturbs l
 wall-clock figures. `ratio` is ours as a fraction of the bare speed: ours / bare for
 throughputs, bare / ours for latencies and CPU times, so above 1 means faster than bare and
 the aim is >= 0.8.
+
+`ask_stages_us` splits our ask round trip into what the actor model adds to the bare one,
+each measured in this process on its own, as CPU time (steady on a busy machine): encoding
+the ask and its reply, decoding both (envelope, message build, field-type checks), the
+mailbox (a local ask: mailbox, the actor's task hop, the reply future); and `links_us`, the
+rest of our p50 over the bare p50 (the send batching, the reply's writer hop, the pending-ask
+table, the watch an ask takes out, and the processes' wake-ups between them).
 """
 
 from __future__ import annotations
@@ -29,7 +36,8 @@ import numpy as np
 from aiohttp import web
 
 from five_actors.logs import configure_logging
-from five_actors.runtime.actor import Actor, message
+from five_actors.runtime import wire
+from five_actors.runtime.actor import Actor, ActorSystem, message
 from five_actors.runtime.config import NodeConfig
 from five_actors.runtime.node import Node
 from five_actors.runtime.node import run as run_on_uvloop
@@ -149,7 +157,9 @@ async def _measure(args: argparse.Namespace, token: str, node_url: str, bare_url
             )
         await bare.close()
     await node.stop()
+    stages = await _ask_stages(args.asks, args.repeats)
     med = {k: statistics.median(v) for k, v in results.items()}
+    stages["links_us"] = med["p50"] - med["p50_bare"] - sum(stages.values())
     return {
         "benchmark": "transport",
         "repeats": args.repeats,
@@ -159,8 +169,35 @@ async def _measure(args: argparse.Namespace, token: str, node_url: str, bare_url
         "array_1mib_mb_per_s": _pair(med["array"], med["array_bare"], higher_is_better=True),
         "tell_cpu_us_per_msg": _pair(med["tell_cpu"], med["tell_cpu_bare"], higher_is_better=False),
         "ask_cpu_us_per_round_trip": _pair(med["ask_cpu"], med["ask_cpu_bare"], higher_is_better=False),
+        "ask_stages_us": {k: round(v, 1) for k, v in stages.items()},
         "params": {"tells": args.tells, "asks": args.asks, "arrays": args.arrays, "array_bytes": ARRAY_FLOATS * 4},
     }
+
+
+async def _ask_stages(n: int, repeats: int) -> dict[str, float]:
+    """Median microseconds per ask round trip of each stage the actor model adds (see the module docstring)."""
+    ask = wire.encode("ask", to="bench-server/sink", sender="bench-client/x", id=1, body=BenchEcho(1))
+    reply = wire.encode("reply", id=1, body=BenchEcho(1))
+    system = ActorSystem("bench-stages")
+    sink = system.spawn(Sink(), "/sink")
+    samples: dict[str, list[float]] = {"encode_us": [], "decode_us": [], "mailbox_us": []}
+    for _ in range(repeats):
+        start = time.process_time()
+        for i in range(n):
+            wire.encode("ask", to="bench-server/sink", sender="bench-client/x", id=i, body=BenchEcho(i))
+            wire.encode("reply", id=i, body=BenchEcho(i))
+        samples["encode_us"].append((time.process_time() - start) / n * 1e6)
+        start = time.process_time()
+        for _ in range(n):
+            list(wire.decode_batch(ask))
+            list(wire.decode_batch(reply))
+        samples["decode_us"].append((time.process_time() - start) / n * 1e6)
+        start = time.process_time()
+        for i in range(n):
+            await sink.ask(BenchEcho(i))
+        samples["mailbox_us"].append((time.process_time() - start) / n * 1e6)
+    await system.stop(sink)
+    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 def _record(

@@ -44,7 +44,7 @@ from five_actors.errors import (
     WireError,
 )
 from five_actors.runtime.actor import MESSAGE_TYPES
-from five_actors.runtime.fieldtypes import check_fields, tuple_fields
+from five_actors.runtime.fieldtypes import check_fields, field_checks
 
 VERSION = 1
 KINDS = frozenset({"hello", "tell", "ask", "reply", "error", "watch", "unwatch", "down"})
@@ -309,7 +309,7 @@ def build_message(type_name: str, body: Any) -> Any:
         missing = sorted(fields - set(map(str, body)))
         extra = sorted(set(map(str, body)) - fields)
         raise WireError(f"{type_name} fields do not match: missing {missing}, unexpected {extra}")
-    for name in tuple_fields(cls):
+    for name in field_checks(cls).tuple_names:
         if isinstance(body[name], list):
             body[name] = tuple(body[name])
     check_fields(type_name, cls, body)

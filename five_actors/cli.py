@@ -277,6 +277,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     else:
         config = load_config(args.config or "default", overrides)
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(config.name)
+    line = TrainingLine(env=config.env)
     counted = count_names(config.tree.children)
     for name, n in sizes.items():
         if n is not None and name not in counted:
@@ -284,7 +285,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f"{flag}: no child of this tree has count = {name!r} (a resumed run keeps the tree it started with)"
             )
-    return run(up(config, run_dir, args.host, args.port, args.duration, sys.stdout, TrainingLine(), Dashboard(run_dir)))
+    dashboard = Dashboard(run_dir, config.env)
+    return run(up(config, run_dir, args.host, args.port, args.duration, sys.stdout, line, dashboard))
 
 
 def resume_config(run_dir: Path, overrides: Sequence[str]) -> Config:

@@ -26,6 +26,7 @@ from aiohttp import web
 
 from five_actors.actors.history import eval_history
 from five_actors.actors.live import TrainingLine
+from five_actors.envs import EnvConfig
 from five_actors.errors import GameError, LogsError
 from five_actors.logreplay import LogFile, LogFilter, find_log_dir, log_files, parse_time, read_merged
 from five_actors.logs import format_record
@@ -46,9 +47,9 @@ _REPLAY_NAME = re.compile(r"^[A-Za-z0-9_.-]+\.replay$")
 class Series:
     """The run's curves: one point of training facts per view the head's live line sees."""
 
-    def __init__(self, max_points: int = SERIES_POINTS) -> None:
+    def __init__(self, max_points: int = SERIES_POINTS, env: EnvConfig | None = None) -> None:
         self.points: deque[dict[str, Any]] = deque(maxlen=max_points)
-        self._facts = TrainingLine()
+        self._facts = TrainingLine(env=env)
 
     def observe(self, view: dict[str, Any], elapsed: float) -> dict[str, Any] | None:
         """Add one point from `view` and return it (None when the tree holds no training actors)."""
@@ -99,9 +100,9 @@ class EventTail:
 class Dashboard:
     """The head's dashboard: its series, their TensorBoard event files, and its routes over the run directory."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, env: EnvConfig | None = None) -> None:
         self.run_dir = run_dir
-        self.series = Series()
+        self.series = Series(env=env)
         self.tensorboard = TensorBoardLog(run_dir)
         self._surgeries = EventTail(run_dir, SURGERY_EVENTS)
         self._cache: dict[str, tuple[float, Any]] = {}

@@ -75,6 +75,12 @@ class EnvConfig:
         return self.is_lane or self.teams == 2
 
     @property
+    def eval_reference(self) -> str | None:
+        """The EvalActor's headline opponent: the scripted bot in the lane game, the uniformly random player in a
+        two-team external environment, none (mean returns) with one team."""
+        return "scripted" if self.is_lane else "random" if self.self_play else None
+
+    @property
     def name(self) -> str:
         """What the environment is called in logs and reports."""
         return self.factory or self.id

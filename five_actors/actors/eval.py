@@ -93,7 +93,7 @@ class EvalActor(Actor):
         config, self.run_dir = run_settings(self)
         self.config = config
         self.training = config.training
-        self.reference = "scripted" if config.env.is_lane else "random" if config.env.self_play else None
+        self.reference = config.env.eval_reference
         self.device = os.environ.get(DEVICE_ENV) or config.model.device
         limit_torch_threads(self.device, self.training.inference_torch_threads)
         self.log = log.bind(actor=self.ref.path)

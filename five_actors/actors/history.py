@@ -1,8 +1,11 @@
 """A run's evaluation history read back from its logs: one row per EvalActor round.
 
 Each round's `eval_result` events (one per opponent) give the version, the win rates against
-the scripted and random bots with their 95% intervals, and the TrueSkill score; the head's
-`training_progress` events (every 10 s) give the env steps played by then. `five-actors logs
+the scripted and random bots with their 95% intervals, and the TrueSkill score; in an
+environment of one team (no opponents) a round's one event gives the mean return of its
+held-out episodes with its 95% interval instead (`mean_return`, `ci_return`, `episodes`; no
+win rates, TrueSkill None). The head's `training_progress` events (every 10 s) give the env
+steps played by then. `five-actors logs
 eval RUN_DIR` prints the rows as a table; the benchmarks report them as JSON.
 """
 
@@ -32,8 +35,8 @@ def eval_history(
             continue
         row = rounds.setdefault(int(record["round"]), {"ts": float(record["ts"]), "version": int(record["version"])})
         row["ts"] = max(row["ts"], float(record["ts"]))
-        row["trueskill"] = record["trueskill"]
-        row[record["opponent"]] = record
+        row["trueskill"] = record.get("trueskill")
+        row[record.get("opponent", RETURNS)] = record
     times = [t for t, _ in progress]
 
     def logged_steps(ts: float) -> int | None:
@@ -44,7 +47,7 @@ def eval_history(
     table = []
     for number in sorted(rounds):
         row = rounds[number]
-        scripted, random = row.get("scripted"), row.get("random")
+        scripted, random, returns = row.get("scripted"), row.get("random"), row.get(RETURNS)
         past = [r for name, r in row.items() if name.startswith("v") and isinstance(r, dict)]
         table.append(
             {
@@ -58,9 +61,16 @@ def eval_history(
                 "ci_random": None if random is None else [random["ci_low"], random["ci_high"]],
                 **_pooled_past(past),
                 "trueskill": row["trueskill"],
+                "mean_return": None if returns is None else returns["mean_return"],
+                "ci_return": None if returns is None else [returns["ci_low"], returns["ci_high"]],
+                "episodes": None if returns is None else returns["episodes"],
             }
         )
     return table
+
+
+RETURNS = "returns"
+"""Where a round of a one-team environment keeps its event (it has no opponent to be named by)."""
 
 
 def _pooled_past(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -74,7 +84,10 @@ def _pooled_past(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def history_text(rows: list[dict[str, Any]]) -> str:
-    """The rows as an aligned text table ('-' where a figure is unknown)."""
+    """The rows as an aligned text table ('-' where a figure is unknown): win rates and TrueSkill, or the mean
+    return of held-out episodes where the environment has one team."""
+    if any(row.get("mean_return") is not None for row in rows):
+        return _returns_text(rows)
     header = (
         f"{'min':>7} {'env steps':>11} {'version':>8} {'vs scripted [95% CI]':>22} {'vs random':>10} "
         f"{'vs past':>8} {'TrueSkill':>10}"
@@ -93,4 +106,15 @@ def history_text(rows: list[dict[str, Any]]) -> str:
             f"{row['minutes']:>7.1f} {steps:>11} {row['version']:>8} {scripted:>22} {random:>10} {past:>8} "
             f"{row['trueskill']:>10.2f}"
         )
+    return "\n".join(lines) + "\n"
+
+
+def _returns_text(rows: list[dict[str, Any]]) -> str:
+    lines = [f"{'min':>7} {'env steps':>11} {'version':>8} {'mean return [95% CI]':>28} {'episodes':>9}"]
+    for row in rows:
+        steps = "-" if row["env_steps"] is None else f"{row['env_steps']:,}"
+        low, high = row["ci_return"] or (None, None)
+        returns = "-" if row["mean_return"] is None else f"{row['mean_return']:.1f} [{low:.1f}, {high:.1f}]"
+        episodes = "-" if row["episodes"] is None else str(row["episodes"])
+        lines.append(f"{row['minutes']:>7.1f} {steps:>11} {row['version']:>8} {returns:>28} {episodes:>9}")
     return "\n".join(lines) + "\n"

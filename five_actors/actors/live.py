@@ -30,6 +30,7 @@ from typing import Any
 
 import structlog
 
+from five_actors.envs import EnvConfig
 from five_actors.supervisor.progress import ProgressLine
 
 log = structlog.get_logger("five_actors.actors")
@@ -54,8 +55,11 @@ which the dashboard and TensorBoard read)."""
 class TrainingLine:
     """Turns successive views into live lines (and periodic `training_progress` events)."""
 
-    def __init__(self, log_every_s: float = 10.0) -> None:
+    def __init__(self, log_every_s: float = 10.0, env: EnvConfig | None = None) -> None:
         self.fallback = ProgressLine()
+        self.env = env
+        """The run's environment, when known: it names the eval's reference before the EvalActor first reports
+        (else the line shows mean returns until then, whatever the environment)."""
         self.log_every_s = log_every_s
         self._steps: dict[str, tuple[float, float]] = {}
         self.env_steps = 0.0
@@ -98,9 +102,11 @@ class TrainingLine:
             "mean_return": round(sum(returns) / len(returns), 3) if returns else None,
             "eval_return": None,
         }
+        if self.env is not None:
+            facts["reference"] = self.env.eval_reference
         if evals:
             status = evals[0].get("status") or {}
-            facts["reference"] = status.get("reference")
+            facts["reference"] = status.get("reference", facts.get("reference"))
             last = status.get("last") or {}
             if "mean_return" in last:
                 facts.update(

@@ -171,5 +171,8 @@ def test_up_on_a_two_team_game_keeps_self_play_and_rates_against_random_and_past
         assert not list(run_dir.glob("replays/*"))  # replays are the lane game's
         # The live line: the games' mean return, the win rate against the random player, TrueSkill.
         proc.wait_for_output(r"return [\d.]+ \| vs random \d\.\d\d \[\d\.\d\d, \d\.\d\d\] \| TrueSkill")
+        # From its first line on, before the EvalActor first reports: a two-team game has no held-out returns.
+        lines = [line for line in proc.out.splitlines() if " | v " in line]
+        assert lines and not [line for line in lines if "| eval " in line], lines[:3]
     finally:
         proc.kill()

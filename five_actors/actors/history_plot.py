@@ -87,8 +87,10 @@ def _curve(
     if not kept:
         return
     axis.plot([r[x_key] for r in kept], [r[key] for r in kept], style, color=colour, marker=".", label=label)
-    bands = [r for r in kept if band_key and r.get(band_key)]
-    if bands and band_key:
+    if band_key is None:
+        return
+    bands = [r for r in kept if r.get(band_key)]
+    if bands:
         xs = [r[x_key] for r in bands]
         axis.fill_between(
             xs, [r[band_key][0] for r in bands], [r[band_key][1] for r in bands], color=colour, alpha=0.12, linewidth=0

@@ -58,8 +58,8 @@ class TrainingLine:
     def __init__(self, log_every_s: float = 10.0, env: EnvConfig | None = None) -> None:
         self.fallback = ProgressLine()
         self.env = env
-        """The run's environment, when known: it names the eval's reference before the EvalActor first reports
-        (else the line shows mean returns until then, whatever the environment)."""
+        """The run's environment, when known: it names the eval's reference from the first line (else the EvalActor's
+        status names it, and until it first reports the line shows mean returns, whatever the environment)."""
         self.log_every_s = log_every_s
         self._steps: dict[str, tuple[float, float]] = {}
         self.env_steps = 0.0
@@ -106,7 +106,7 @@ class TrainingLine:
             facts["reference"] = self.env.eval_reference
         if evals:
             status = evals[0].get("status") or {}
-            facts["reference"] = status.get("reference", facts.get("reference"))
+            facts.setdefault("reference", status.get("reference"))
             last = status.get("last") or {}
             if "mean_return" in last:
                 facts.update(

@@ -176,16 +176,14 @@ async def _measure(args: argparse.Namespace, token: str, node_url: str, bare_url
 
 async def _ask_stages(n: int, repeats: int) -> dict[str, float]:
     """Median microseconds per ask round trip of each stage the actor model adds (see the module docstring)."""
-    ask = wire.encode("ask", to="bench-server/sink", sender="bench-client/x", id=1, body=BenchEcho(1))
-    reply = wire.encode("reply", id=1, body=BenchEcho(1))
+    ask, reply = _ask_frames(1)
     system = ActorSystem("bench-stages")
     sink = system.spawn(Sink(), "/sink")
     samples: dict[str, list[float]] = {"encode_us": [], "decode_us": [], "mailbox_us": []}
     for _ in range(repeats):
         start = time.process_time()
         for i in range(n):
-            wire.encode("ask", to="bench-server/sink", sender="bench-client/x", id=i, body=BenchEcho(i))
-            wire.encode("reply", id=i, body=BenchEcho(i))
+            _ask_frames(i)
         samples["encode_us"].append((time.process_time() - start) / n * 1e6)
         start = time.process_time()
         for _ in range(n):
@@ -198,6 +196,12 @@ async def _ask_stages(n: int, repeats: int) -> dict[str, float]:
         samples["mailbox_us"].append((time.process_time() - start) / n * 1e6)
     await system.stop(sink)
     return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def _ask_frames(i: int) -> tuple[bytes, bytes]:
+    """The frames of ask `i` to the sink and of its reply."""
+    ask = wire.encode("ask", to="bench-server/sink", sender="bench-client/x", id=i, body=BenchEcho(i))
+    return ask, wire.encode("reply", id=i, body=BenchEcho(i))
 
 
 def _record(

@@ -3,7 +3,7 @@
 Every `training.eval_every_s` seconds it fetches the latest parameters from the ParamServer
 and plays `training.eval_games` games (one batch of its own LaneGame, the policy on team 0 in
 even games and team 1 in odd ones, acting locally on this process's device) against each of:
-the random bot, the scripted bot, and up to `training.eval_past_versions` frozen past versions
+the random bot, the scripted bot (`training.eval_scripted_games` where set), and up to `training.eval_past_versions` frozen past versions
 it evaluated before (it keeps their parameters itself: the ParamServer serves only its pool and
 recent checkpoints). Ratings follow the paper's TrueSkill settings with the random bot pinned
 as the scale's zero (five_actors.actors.ratings). Each round logs one `eval_result` event per
@@ -228,6 +228,8 @@ class EvalActor(Actor):
         """One round's games against one opponent: lane games, or games of the external environment."""
         games = self.training.eval_games
         if self.config.env.is_lane:
+            if isinstance(opponent, ScriptedBot) and self.training.eval_scripted_games:
+                games = self.training.eval_scripted_games
             return play_round(self.config.game, policy, opponent, games, seed, record)
         env = make_external(self.config.env, games, EVAL_SEED_BASE + seed)
         try:

@@ -82,12 +82,13 @@ async def _run_eval(run_dir: Path, config: Config, rounds: int, keep_past: bool 
 
 
 async def test_rounds_rate_the_latest_version_record_replays_and_resume(tmp_path: Path) -> None:
-    config = load_config("pingpong", TINY)
+    config = load_config("pingpong", [*TINY, "training.eval_scripted_games=6"])
     first = await _run_eval(tmp_path, config, rounds=2)
     stats = first["stats"]
     assert set(stats["results"]) == {"random", "scripted", "v0"}  # round 2 also plays round 1's version, frozen
     scripted = stats["results"]["scripted"]
-    assert scripted["games"] == 4 and scripted["wins"] + scripted["draws"] + scripted["losses"] == 4
+    assert scripted["games"] == 6 and scripted["wins"] + scripted["draws"] + scripted["losses"] == 6
+    assert stats["results"]["random"]["games"] == stats["results"]["v0"]["games"] == 4
     assert 0.0 <= scripted["ci_low"] <= scripted["win_rate"] <= scripted["ci_high"] <= 1.0
     assert stats["ratings"]["random"]["score"] == 0.0 and "v1" in stats["ratings"]
     assert stats["trueskill"] == stats["ratings"][f"v{stats['version']}"]["score"]

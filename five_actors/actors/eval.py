@@ -1,14 +1,14 @@
 """The EvalActor: plays the latest policy against fixed references and keeps TrueSkill ratings.
 
-Every `training.eval_every_s` seconds it fetches the latest parameters from the ParamServer
-and plays `training.eval_games` games (one batch of its own LaneGame, the policy on team 0 in
-even games and team 1 in odd ones, acting locally on this process's device) against each of:
-the random bot, the scripted bot (`training.eval_scripted_games` where set), and up to `training.eval_past_versions` frozen past versions
-it evaluated before (it keeps their parameters itself: the ParamServer serves only its pool and
-recent checkpoints). Ratings follow the paper's TrueSkill settings with the random bot pinned
-as the scale's zero (five_actors.actors.ratings). Each round logs one `eval_result` event per
-opponent (win rate with its 95% Wilson interval, TrueSkill), records the first game against
-the scripted bot to RUN_DIR/replays/, and saves the ratings to RUN_DIR/eval/ratings.json, which
+Every `training.eval_every_s` seconds it fetches the latest parameters from the ParamServer and
+plays `training.eval_games` games (one batch of its own LaneGame, the policy on team 0 in even games
+and team 1 in odd ones, acting locally on this process's device) against each of: the random bot,
+the scripted bot (`training.eval_scripted_games` where set), and up to `training.eval_past_versions`
+frozen past versions it evaluated before (it keeps their parameters itself: the ParamServer serves
+only its pool and recent checkpoints). Ratings follow the paper's TrueSkill settings with the random
+bot pinned as the scale's zero (five_actors.actors.ratings). Each round logs one `eval_result` event
+per opponent (win rate with its 95% Wilson interval, TrueSkill), records the first game against the
+scripted bot to RUN_DIR/replays/, and saves the ratings to RUN_DIR/eval/ratings.json, which
 a resumed run reads back. Each round's TrueSkill goes to the ParamServer (EvalRating), which
 reverts a live surgery's change being annealed in when it falls too far.
 
@@ -169,7 +169,7 @@ class EvalActor(Actor):
         if latest is None:
             return None
         try:
-            policy = policy_from_params(latest, self.device)
+            policy = policy_from_params(latest, self.device, self.config.model.precision)
         except FiveActorsError as exc:
             self.log.warning("params_refused", version=latest.version, reason=str(exc))
             return None
@@ -187,7 +187,7 @@ class EvalActor(Actor):
             if params is None or params.arch != latest.arch:
                 self._forget(version)  # gone from the ParamServer, or another architecture: no longer a reference
                 continue
-            opponents.append((f"v{version}", policy_from_params(params, self.device)))
+            opponents.append((f"v{version}", policy_from_params(params, self.device, self.config.model.precision)))
         started = time.monotonic()
         results: dict[str, dict[str, Any]] = {}
         for index, (name, opponent) in enumerate(opponents):

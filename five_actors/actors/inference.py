@@ -60,14 +60,15 @@ STATS_EVERY_S = 10.0
 """Interval of the `inference_stats` log event."""
 
 
-def policy_from_params(params: Params, device: str) -> Policy:
-    """A Policy in eval mode on `device` holding `params`; ModelError/TrainingError when they do not fit."""
+def policy_from_params(params: Params, device: str, precision: str = "fp32") -> Policy:
+    """A Policy in eval mode on `device` (with `precision`) holding `params`; ModelError/TrainingError when they do not
+    fit."""
     spec = ModelSpec.from_dict(dict(params.spec))
     if spec.hash != params.arch:
         raise ModelError(
             f"params version {params.version} claim arch {params.arch} but their spec hashes to {spec.hash}"
         )
-    policy = Policy(spec)
+    policy = Policy(spec, precision)
     load_state(policy, dict(params.state))
     return policy.to(device).eval()
 
@@ -126,6 +127,7 @@ class InferenceActor(Actor):
         config, _ = run_settings(self, self._config_arg)
         self.training = config.training
         self.device = self._device_arg or config.model.device
+        self.precision = config.model.precision
         limit_torch_threads(self.device, self.training.inference_torch_threads)
         self.log = log.bind(actor=self.ref.path)
         self.server = self.system.ref(self.params_address)
@@ -197,7 +199,7 @@ class InferenceActor(Actor):
         if not isinstance(params, Params):
             raise ModelError(f"GetParams({version}) was answered with {type(params).__name__}, not Params")
         try:
-            policy = await asyncio.to_thread(policy_from_params, params, self.device)
+            policy = await asyncio.to_thread(policy_from_params, params, self.device, self.precision)
         except FiveActorsError as exc:
             self.log.error("params_refused", version=params.version, arch=params.arch, error=str(exc))
             raise
@@ -229,7 +231,7 @@ class InferenceActor(Actor):
         # Batches wait while a past version is fetched: a ParamServer that does not answer soon
         # gets those rows refused (their games then play the latest) rather than stall every game.
         params = await self.server.ask(GetParams(version), timeout=PAST_PARAMS_TIMEOUT_S)
-        policy = await asyncio.to_thread(policy_from_params, params, self.device)
+        policy = await asyncio.to_thread(policy_from_params, params, self.device, self.precision)
         if params.arch != self.arch:
             raise ModelError(f"past version {version} has arch {params.arch}, not the latest's {self.arch}")
         self.log.info("past_params_loaded", version=version)
@@ -301,11 +303,11 @@ class InferenceActor(Actor):
                     self._wake.clear()
                     await self._wake.wait()
                 wait = self.pending[0].arrived + deadline_s - time.monotonic()
-                if self.pending_rows < self.training.inference_batch_rows and wait > 0:
+                if self._room_for_another() and wait > 0:
                     self._wake.clear()
                     try:
                         async with asyncio.timeout(wait):
-                            while self.pending_rows < self.training.inference_batch_rows:
+                            while self._room_for_another():
                                 await self._wake.wait()
                                 self._wake.clear()
                     except TimeoutError:
@@ -313,6 +315,12 @@ class InferenceActor(Actor):
                 await self._run_batch(self._take_batch())
         finally:
             self._drop_pending("the inference actor stopped")
+
+    def _room_for_another(self) -> bool:
+        """Whether the batch has room for one more request the size of the oldest waiting one: only then is it worth
+        waiting for one (with 320-row requests and 512-row batches, a second request never joins the first, and
+        waiting for it only delayed the first by the deadline)."""
+        return self.pending_rows + _rows(self.pending[0].request) <= self.training.inference_batch_rows
 
     def _take_batch(self) -> list[_Pending]:
         """Whole requests from the head of the queue, up to the batch size (at least one)."""

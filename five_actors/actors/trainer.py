@@ -87,7 +87,7 @@ class GroupTrainer:
     def load(self, spec: ModelSpec, start: dict[str, Any], surgery: bool = False) -> None:
         """Build the policy and Adam from a starting point (slow). After a surgery the learning rate is held at 0
         until Adam's moments for the new weights settle."""
-        self.policy = Policy(spec).to(self.device)
+        self.policy = Policy(spec, self.config.model.precision).to(self.device)
         self.ppo = PPO(self.policy, self.config.ppo)
         load_state(self.policy, start["state"])
         if start["optimizer"]:

@@ -94,7 +94,7 @@ def _one_seed(args: argparse.Namespace, config: Config, seed: int) -> dict[str, 
     np.random.seed(seed)
     env, policy_rows, opponent, gamma = _environment(args, config, seed)
     spec = ModelSpec.build(env.obs_spec, env.action_spec, config.model)
-    policy = Policy(spec).to(config.model.device)
+    policy = Policy(spec, config.model.precision).to(config.model.device)
     chunk_steps = config.training.rollout_chunk_steps
     trainer = SyncTrainer(
         env, policy, config.ppo, config.baseline, chunk_steps, gamma, policy_rows, opponent, seed=seed

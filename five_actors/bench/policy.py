@@ -60,7 +60,9 @@ def measure(config: Config, rows: int, chunks: int, seconds: float) -> dict[str,
     game = LaneGame(dataclasses.replace(config.game, games_per_batch=max(1, rows // 10)))
     obs, masks = game.reset(0)
     obs, masks = obs[:rows], {k: v[:rows] for k, v in masks.items()}
-    policy = Policy(ModelSpec.build(game.obs_spec, game.action_spec, config.model)).to(config.model.device)
+    policy = Policy(ModelSpec.build(game.obs_spec, game.action_spec, config.model), config.model.precision).to(
+        config.model.device
+    )
     state = policy.initial_state(len(obs))
     forward_calls, forward_s = _timed(lambda: policy.act(obs, masks, state), seconds)
     forward_flops = _flops(lambda: policy.act(obs, masks, state))

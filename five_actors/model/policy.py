@@ -58,9 +58,11 @@ class Policy(nn.Module):
     uses: Tensor
     """bool [types, heads]: which secondary heads each action type uses (a buffer)."""
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, precision: str = "fp32") -> None:
         super().__init__()
         self.spec = spec
+        self.precision = precision
+        """The encoders' and the core's arithmetic: "fp32", or "bf16" under autocast (ModelConfig.precision)."""
         blocks = spec.obs.blocks
         for name in [b.name for b in blocks] + [h.name for h in spec.actions.heads]:
             if not name.isidentifier():
@@ -111,8 +113,10 @@ class Policy(nn.Module):
     def act(self, obs: Any, masks: Mapping[str, Any], state: State, deterministic: bool = False) -> ActOutput:
         """Choose one legal action per row (sampled, or the most likely when `deterministic`)."""
         obs_t, masks_t = self.prepare(obs, masks)
-        embeddings, core_in = self.encode(obs_t)
-        h, c = self.core_step(core_in, state)
+        with self._lowered():
+            embeddings, core_in = self.encode(obs_t)
+            h, c = self.core_step(core_in, state)
+        embeddings, h, c = _full(embeddings), h.float(), c.float()
         choice, logp, _ = self._heads(h, embeddings, masks_t, None, deterministic)
         return ActOutput(choice, logp, self.value_norm.denormalize(self.value_head(h).squeeze(-1)), (h, c))
 
@@ -130,13 +134,19 @@ class Policy(nn.Module):
         def flat(x: Tensor) -> Tensor:
             return x.reshape(steps * batch, *x.shape[2:])
 
-        embeddings, core_in = self.encode(flat(obs))
-        keep = (~starts).to(core_in.dtype).unsqueeze(-1)
-        core = self.core_sequence(core_in.reshape(steps, batch, -1), keep, state).reshape(steps * batch, -1)
+        with self._lowered():
+            embeddings, core_in = self.encode(flat(obs))
+            keep = (~starts).to(core_in.dtype).unsqueeze(-1)
+            core = self.core_sequence(core_in.reshape(steps, batch, -1), keep, state).reshape(steps * batch, -1)
+        embeddings, core = _full(embeddings), core.float()
         flat_masks = {k: flat(v) for k, v in masks.items()}
         _, logp, entropy = self._heads(core, embeddings, flat_masks, flat(actions), False)
         value = self.value_head(core).squeeze(-1)
         return logp.reshape(steps, batch), entropy.reshape(steps, batch), value.reshape(steps, batch)
+
+    def _lowered(self) -> torch.autocast:
+        """Autocast to bfloat16 where `precision` is "bf16" (a no-op context otherwise)."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16")
 
     def prepare(self, obs: Any, masks: Mapping[str, Any]) -> tuple[Tensor, dict[str, Tensor]]:
         """Observations and masks as tensors on this device, checked against the spec."""
@@ -312,6 +322,11 @@ def _layer(inputs: int, outputs: int, gain: float = math.sqrt(2)) -> nn.Linear:
     nn.init.orthogonal_(layer.weight, gain)
     nn.init.zeros_(layer.bias)
     return layer
+
+
+def _full(embeddings: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Embeddings in fp32 for the heads (they are bfloat16 out of an autocast encoder)."""
+    return {k: v.float() for k, v in embeddings.items()}
 
 
 def _choose(logits: Tensor, deterministic: bool) -> Tensor:

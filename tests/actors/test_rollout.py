@@ -167,6 +167,20 @@ async def test_one_inference_actor_merges_two_game_actors_requests_into_one_forw
     await until(lambda: {r.source for r in learner.rollouts} == {"test/game-0", "test/game-1"})
 
 
+async def test_a_request_that_no_other_could_join_is_answered_without_waiting_out_the_deadline(
+    system: ActorSystem,
+) -> None:
+    rows = GAMES * 2 * 2
+    # A second request would not fit the batch: each runs alone, at once, not after the 2 s deadline.
+    config = tiny_config(inference_batch_rows=rows + rows // 2, inference_deadline_ms=2000.0)
+    _, inference, _, _ = start(system, config)
+    await until(lambda: inference.forwards >= 1)
+    began = time.monotonic()
+    await until(lambda: inference.forwards >= 21, timeout=20.0)
+    assert time.monotonic() - began < 10.0, "20 forwards took a deadline each"
+    assert inference.stats()["mean_batch_rows"] == rows
+
+
 async def test_games_survive_an_inference_restart_and_count_the_lost_steps(system: ActorSystem) -> None:
     config = tiny_config()
     _, inference, (game,), (learner,) = start(system, config)

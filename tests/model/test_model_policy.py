@@ -105,12 +105,12 @@ def test_bptt_from_a_stored_state_equals_running_the_whole_sequence(policy: Poli
         torch.testing.assert_close(full[16:], chunk, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("core", ["lstm", "mlp"])
-def test_the_update_sees_what_acting_saw_step_by_step(spec: ModelSpec, core: str) -> None:
+@pytest.mark.parametrize(("core", "precision"), [("lstm", "fp32"), ("mlp", "fp32"), ("lstm", "bf16"), ("mlp", "bf16")])
+def test_the_update_sees_what_acting_saw_step_by_step(spec: ModelSpec, core: str, precision: str) -> None:
     """evaluate runs the core over a whole chunk at once (one input product, resets inside); its log-probs and values
-    must be those that acting one step at a time gave, across a reset at step 7."""
+    must be those that acting one step at a time gave, across a reset at step 7 (in bfloat16 to its precision)."""
     torch.manual_seed(3)
-    policy = Policy(replace(spec, core=core))
+    policy = Policy(replace(spec, core=core), precision)
     obs, masks = _sequence(spec, 16, 5, seed=9)
     starts = torch.zeros(16, 5, dtype=torch.bool)
     starts[7, 1:3] = True
@@ -124,8 +124,41 @@ def test_the_update_sees_what_acting_saw_step_by_step(spec: ModelSpec, core: str
         values.append(out.value)
         state = out.state
     logp, _, value = policy.evaluate(obs, masks, torch.stack(actions), starts, h0)
-    torch.testing.assert_close(logp, torch.stack(logps), rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(policy.value_norm.denormalize(value), torch.stack(values), rtol=1e-5, atol=1e-5)
+    tolerance = 1e-5 if precision == "fp32" else 2e-2
+    assert logp.dtype == value.dtype == torch.float32
+    torch.testing.assert_close(logp, torch.stack(logps), rtol=tolerance, atol=tolerance)
+    torch.testing.assert_close(
+        policy.value_norm.denormalize(value), torch.stack(values), rtol=tolerance, atol=tolerance
+    )
+
+
+def test_bfloat16_acts_like_fp32_and_learns_into_fp32_weights(spec: ModelSpec) -> None:
+    """model.precision = "bf16": the same weights choose the same actions with log-probs near fp32's, and a PPO step
+    leaves fp32 weights and state with finite gradients."""
+    torch.manual_seed(4)
+    full = Policy(spec)
+    low = Policy(spec, "bf16")
+    low.load_state_dict(full.state_dict())
+    obs, masks = random_inputs(spec, 64, np.random.default_rng(2))
+    state = full.initial_state(64)
+    a, b = full.act(obs, masks, state, deterministic=True), low.act(obs, masks, state, deterministic=True)
+    assert (a.actions[:, 0] == b.actions[:, 0]).float().mean() > 0.9
+    assert b.logp.dtype == b.state[0].dtype == b.state[1].dtype == torch.float32
+    torch.testing.assert_close(b.logp, a.logp, rtol=0.05, atol=0.05)
+    torch.testing.assert_close(b.value, a.value, rtol=0.05, atol=0.05)
+
+    seq, seq_masks = _sequence(spec, 8, 6, seed=3)
+    taken = torch.stack(
+        [low.act(seq[t], {k: v[t] for k, v in seq_masks.items()}, low.initial_state(6)).actions for t in range(8)]
+    )
+    out = low.evaluate(seq, seq_masks, taken, torch.zeros(8, 6, dtype=torch.bool), low.initial_state(6))
+    sum(x.sum() for x in out).backward()
+    assert all(
+        p.dtype == torch.float32 and p.grad is not None and torch.isfinite(p.grad).all()
+        for p in low.parameters()
+        if p.requires_grad and p.grad is not None
+    )
+    assert low.encoders["self"][0].weight.grad is not None
 
 
 def test_a_done_inside_a_chunk_resets_the_state(policy: Policy, spec: ModelSpec) -> None:

@@ -57,6 +57,7 @@ from five_actors.actors.subscription import keep_subscribed
 from five_actors.actors.trainer import GroupTrainer, Publish
 from five_actors.config import Config
 from five_actors.errors import FiveActorsError, TrainingError
+from five_actors.model.policy import bf16_native
 from five_actors.model.spec import ModelSpec
 from five_actors.runtime.actor import Actor
 from five_actors.supervisor.processes import DEVICE_ENV
@@ -149,9 +150,14 @@ class LearnerActor(Actor):
             version=trainer.version,
             world_size=self.world_size,
             device=str(trainer.device),
+            precision=trainer.policy.precision,
             arch=self.arch,
             optimizer_restored=bool(start["optimizer"]),
         )
+        if trainer.policy.precision == "bf16" and trainer.device.type == "cpu" and not bf16_native():
+            self.log.warning(
+                "bf16_emulated", reason="this CPU has neither AVX-512 BF16 nor AMX: bf16 runs slower than fp32 here"
+            )
         if self.param_server:
             # A surgery, or a ParamServer restarted behind the group, announces itself through ParamsAvailable.
             self.spawn_task(keep_subscribed(self, self.param_server, self.log), "learner:subscribe")

@@ -324,6 +324,11 @@ def _layer(inputs: int, outputs: int, gain: float = math.sqrt(2)) -> nn.Linear:
     return layer
 
 
+def bf16_native() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (AVX-512 BF16 or AMX), where model.precision = "bf16" pays."""
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def _full(embeddings: dict[str, Tensor]) -> dict[str, Tensor]:
     """Embeddings in fp32 for the heads (they are bfloat16 out of an autocast encoder)."""
     return {k: v.float() for k, v in embeddings.items()}

@@ -199,7 +199,20 @@ def test_logs_eval_of_a_one_team_run_is_a_table_of_mean_returns(cartpole: tuple[
 
 @pytest.mark.timeout(300)
 def test_bench_env_train_reports_frames_to_target_and_whether_it_stays(tmp_path: Path) -> None:
-    proc = Proc(["bench", "env-train", "--minutes", "1", "--target", "40", "--warmup-s", "10"], tmp_path, "bench")
+    # In bfloat16 (model.precision): learners, inference and eval all run the autocast path here, and still learn.
+    args = [
+        "bench",
+        "env-train",
+        "--minutes",
+        "1",
+        "--target",
+        "40",
+        "--warmup-s",
+        "10",
+        "--set",
+        "model.precision=bf16",
+    ]
+    proc = Proc(args, tmp_path, "bench")
     assert proc.proc.wait(240) == 0, proc.err
     report = json.loads(proc.out)
     assert report["benchmark"] == "env-train" and report["env"] == "gymnasium:CartPole-v1" and report["target"] == 40

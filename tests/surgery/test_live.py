@@ -201,10 +201,11 @@ def chunk_counts(url: str, learners: tuple[str, ...] = (LEARNER,)) -> dict[str, 
     return {"made": view[GAME]["game_chunks_made"], "accounted": sum(counts.values()), **counts}
 
 
-def settled_chunk_counts(url: str, learners: tuple[str, ...] = (LEARNER,), timeout: float = 60.0) -> dict[str, int]:
+def settled_chunk_counts(url: str, learners: tuple[str, ...] = (LEARNER,), timeout: float = 120.0) -> dict[str, int]:
     """chunk_counts at a moment no chunk and no report of fates is in flight (made == accounted: the chunks the
-    ledger has no fate for are the ones the learners hold), or the last seen after `timeout` seconds."""
+    ledger has no fate for are the ones the learners hold), or the last seen after `timeout` seconds. Such moments
+    are short while rollouts flow (in one full suite none came in 60 s of looks 0.1 s apart), so it looks often."""
     deadline = time.monotonic() + timeout
     while (counts := chunk_counts(url, learners))["made"] != counts["accounted"] and time.monotonic() < deadline:
-        time.sleep(0.1)
+        time.sleep(0.02)
     return counts

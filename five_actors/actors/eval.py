@@ -191,9 +191,13 @@ class EvalActor(Actor):
         started = time.monotonic()
         results: dict[str, dict[str, Any]] = {}
         for index, (name, opponent) in enumerate(opponents):
-            record = self._replay_path(latest.version, name) if name == "scripted" else None
+            scripted = name == "scripted"
+            record = self._replay_path(latest.version, name) if scripted else None
+            games = self.training.eval_games
+            if scripted and self.training.eval_scripted_games:
+                games = self.training.eval_scripted_games
             seed = self.training.seed + 7919 * self.rounds + index
-            outcomes = await asyncio.to_thread(self._play, policy, opponent, seed, record)
+            outcomes = await asyncio.to_thread(self._play, policy, opponent, games, seed, record)
             for outcome in outcomes:
                 self.ratings.record(me, name, outcome.score)
             results[name] = self._result(latest.version, name, outcomes)
@@ -224,12 +228,11 @@ class EvalActor(Actor):
             self.log.info("rating_not_told", version=latest.version, reason=str(exc))
         return self.last
 
-    def _play(self, policy: Policy, opponent: Bot | Policy, seed: int, record: Path | None) -> list[GameOutcome]:
-        """One round's games against one opponent: lane games, or games of the external environment."""
-        games = self.training.eval_games
+    def _play(
+        self, policy: Policy, opponent: Bot | Policy, games: int, seed: int, record: Path | None
+    ) -> list[GameOutcome]:
+        """One round's `games` games against one opponent: lane games, or games of the external environment."""
         if self.config.env.is_lane:
-            if isinstance(opponent, ScriptedBot) and self.training.eval_scripted_games:
-                games = self.training.eval_scripted_games
             return play_round(self.config.game, policy, opponent, games, seed, record)
         env = make_external(self.config.env, games, EVAL_SEED_BASE + seed)
         try:

@@ -153,11 +153,8 @@ def test_bfloat16_acts_like_fp32_and_learns_into_fp32_weights(spec: ModelSpec) -
     )
     out = low.evaluate(seq, seq_masks, taken, torch.zeros(8, 6, dtype=torch.bool), low.initial_state(6))
     sum(x.sum() for x in out).backward()
-    assert all(
-        p.dtype == torch.float32 and p.grad is not None and torch.isfinite(p.grad).all()
-        for p in low.parameters()
-        if p.requires_grad and p.grad is not None
-    )
+    assert all(p.dtype == torch.float32 for p in low.parameters())
+    assert all(torch.isfinite(p.grad).all() for p in low.parameters() if p.grad is not None)
     assert low.encoders["self"][0].weight.grad is not None
 
 

@@ -134,9 +134,10 @@ def leave_group() -> None:
     dist.destroy_process_group()
 
 
-def average_gradients(module: torch.nn.Module, finite: bool, world_size: int) -> bool:
-    """Replace each gradient of `module` by its mean over the group's ranks, in one allreduce; False when some
-    rank's loss was not finite (`finite` is this rank's say). A parameter without a gradient counts as zero."""
+def average_gradients(module: torch.nn.Module, finite: bool, kl: float, world_size: int) -> tuple[bool, float]:
+    """Replace each gradient of `module` by its mean over the group's ranks, in one allreduce. Returns whether every
+    rank's loss was finite (`finite` is this rank's say) and the ranks' mean approximate KL (`kl` is this rank's).
+    A parameter without a gradient counts as zero."""
     grads: list[torch.Tensor] = []
     for p in module.parameters():
         if p.requires_grad:
@@ -144,16 +145,17 @@ def average_gradients(module: torch.nn.Module, finite: bool, world_size: int) ->
                 p.grad = torch.zeros_like(p)
             grads.append(p.grad)
     device = grads[0].device
-    flat = torch.cat([g.reshape(-1) for g in grads] + [torch.ones(1, device=device) * float(finite)])
+    says = torch.tensor([float(finite), kl if finite else 0.0], device=device, dtype=grads[0].dtype)
+    flat = torch.cat([g.reshape(-1) for g in grads] + [says])
     dist.all_reduce(flat)
-    if flat[-1].item() < world_size:
-        return False
     flat /= world_size
+    if flat[-2].item() < 1.0:
+        return False, 0.0
     offset = 0
     for g in grads:
         g.copy_(flat[offset : offset + g.numel()].view_as(g))
         offset += g.numel()
-    return True
+    return True, flat[-1].item()
 
 
 def broadcast_buffers(module: torch.nn.Module) -> None:

@@ -8,8 +8,8 @@ architectures and publishes; everything here runs on its TorchThread. Each round
    same round, and leave the group together when one stops;
 2. rank 0 folds the minibatch's fresh chunks into the value normaliser and broadcasts it;
 3. loss from five_actors.model.ppo; backward; gradients summed by one allreduce over a flat
-   buffer (plus a flag per rank whose loss was finite) and divided by N; PPO's per-parameter
-   clipping; Adam;
+   buffer (plus a flag per rank whose loss was finite, and its approximate KL) and divided by N;
+   PPO's per-parameter clipping; Adam, unless the ranks' mean KL exceeds ppo.kl_stop;
 4. rank 0 folds the fresh observations into the observation normaliser and broadcasts it;
    the learning rate and entropy coefficient follow their schedules over versions (ppo.*), the
    rate held at 0 for `surgery_lr_hold_steps` after an architecture switch;
@@ -56,6 +56,8 @@ class GroupTrainer:
         self.base_steps = 0
         """Learner steps the group had taken before this one started (from the ParamServer)."""
         self.skipped = 0
+        self.kl_stopped = 0
+        """Steps not taken because the minibatch's approximate KL exceeded ppo.kl_stop."""
         self.busy_s = 0.0
         """Seconds spent in optimizer steps (allreduce included)."""
         self.allreduce_s = 0.0
@@ -159,6 +161,7 @@ class GroupTrainer:
             self.skipped += 1
             self.log.warning("update_skipped", reason=str(exc), step=self.steps + 1)
             stats = {}
+        self.kl_stopped += int(stats.get("kl_stopped", 0.0))
         stats.update(
             learning_rate=self.ppo.learning_rate, entropy_coef=self.ppo.entropy_coef, allreduce_ms=self.allreduce_ms
         )
@@ -168,13 +171,13 @@ class GroupTrainer:
             broadcast_buffers(self.policy)
         return stats
 
-    def _average_gradients(self, finite: bool) -> bool:
-        """PPO.step's hook: each gradient becomes its mean over the ranks; False when some rank's loss was not
-        finite."""
+    def _average_gradients(self, finite: bool, kl: float) -> tuple[bool, float]:
+        """PPO.step's hook: each gradient becomes its mean over the ranks; returns whether every rank's loss was
+        finite and the ranks' mean approximate KL."""
         if self.world_size == 1:
-            return finite
+            return finite, kl
         started = time.perf_counter()
-        agreed = average_gradients(self.policy, finite, self.world_size)
+        agreed = average_gradients(self.policy, finite, kl, self.world_size)
         self.allreduce_ms = (time.perf_counter() - started) * 1e3
         return agreed
 
@@ -186,6 +189,7 @@ class GroupTrainer:
             "steps": self.steps,
             "version": self.version,
             "skipped_updates": self.skipped,
+            "kl_stopped_steps": self.kl_stopped,
             "step_ms_mean": round(1e3 * self.busy_s / max(self.steps, 1), 3),
             "allreduce_ms_mean": round(1e3 * self.allreduce_s / max(self.steps, 1), 3),
             "allreduce_share": round(self.allreduce_s / self.busy_s, 4) if self.busy_s else 0.0,

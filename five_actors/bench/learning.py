@@ -93,6 +93,7 @@ async def run_worker(job: dict[str, Any]) -> None:
     from five_actors.runtime.actor import ActorSystem
 
     config = tiny_config(**job.get("training", {}))
+    config = replace(config, ppo=replace(config.ppo, **job.get("ppo", {})))
     spec = model_spec(config)
     system = ActorSystem(f"learner{job['rank']}")
     learner = LearnerActor(

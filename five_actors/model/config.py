@@ -73,6 +73,9 @@ class PPOConfig:
     """Each parameter tensor's gradient is clipped to this L2 norm on its own."""
     normalize_advantages: bool = True
     """Normalise advantages to mean 0, std 1 per minibatch."""
+    kl_stop: float = 0.0
+    """Skip the optimizer step of a minibatch whose approximate KL between the acting policy and the current one
+    exceeds this (0: never). Not in the paper; Stable-Baselines3's `target_kl` stops epochs the same way."""
 
     def __post_init__(self) -> None:
         check_schedule("learning_rate", self.learning_rate, 0.0, 1.0)
@@ -86,6 +89,8 @@ class PPOConfig:
                 raise ValueError(
                     f"{name} must be in [0, 1{']' if name == 'gae_lambda' else ')'}, got {getattr(self, name)}"
                 )
+        if self.kl_stop < 0:
+            raise ValueError(f"kl_stop must not be negative (0 turns it off), got {self.kl_stop}")
         if self.value_loss_weight < 0:
             raise ValueError(f"value_loss_weight must not be negative, got {self.value_loss_weight}")
 

@@ -9,7 +9,10 @@
    clipped surrogate + value weight * value error - entropy coefficient * entropy,
    with advantages normalised per minibatch and the value head fitting targets standardised
    by their running mean and std (`ValueNorm`, updated with each batch first) (`PPO.loss`).
-4. Adam step after clipping each parameter's gradient to `max_grad_norm` on its own.
+4. Adam step after clipping each parameter's gradient to `max_grad_norm` on its own, unless the
+   minibatch's approximate KL between the policy that acted and this one exceeds `kl_stop`
+   (a learner group decides on the ranks' mean): the policy has already moved that far from
+   those samples, and another step on them is skipped.
 5. After the update, the observation normaliser absorbs the batch's observations, so the
    statistics are fixed while a batch is collected and while it is learned from.
 
@@ -150,25 +153,36 @@ class PPO:
         self.policy.update_normalizer(batch.obs)
         return {k: v / steps for k, v in totals.items()}
 
-    def step(self, minibatch: Chunks, reduce_gradients: Callable[[bool], bool] | None = None) -> dict[str, float]:
+    def step(
+        self, minibatch: Chunks, reduce_gradients: Callable[[bool, float], tuple[bool, float]] | None = None
+    ) -> dict[str, float]:
         """One gradient step on one minibatch of chunks: loss, backward, clipping, Adam.
 
-        `reduce_gradients(finite)`, when given, runs between the backward pass and clipping on every
+        `reduce_gradients(finite, kl)`, when given, runs between the backward pass and clipping on every
         call, whether this loss was finite or not (every gradient then exists, zero where the loss
         was not finite): a learner group averages its gradients there, and it answers whether every
-        rank's loss was finite. Raises ModelError, with no step taken, when a loss term or gradient
-        is not finite (here or, by the answer, on a peer).
+        rank's loss was finite and the ranks' mean approximate KL. Raises ModelError, with no step taken,
+        when a loss term or gradient is not finite (here or, by the answer, on a peer). When `kl_stop` is set
+        and the (mean) approximate KL between the acting policy and this one exceeds it, no step is taken
+        either, and the statistics say `kl_stopped` = 1.
         """
         terms, stats = self.loss(minibatch)
         bad = next((name for name, value in terms.items() if not torch.isfinite(value)), None)
         self.optimizer.zero_grad(set_to_none=reduce_gradients is None)
         if bad is None:
             self.total_loss(terms).backward()
-        if reduce_gradients is not None and not reduce_gradients(bad is None) and bad is None:
-            raise ModelError("a loss term is not finite on a peer: update skipped")
+        kl = stats["approx_kl"]
+        if reduce_gradients is not None:
+            finite, kl = reduce_gradients(bad is None, kl)
+            if not finite and bad is None:
+                raise ModelError("a loss term is not finite on a peer: update skipped")
         if bad is not None:
             raise ModelError(f"loss term {bad!r} is {terms[bad].item()}: update skipped")
         stats["grad_norm"] = self._clip_gradients()
+        stats["kl_stopped"] = float(0.0 < self.config.kl_stop < kl)
+        if stats["kl_stopped"]:
+            self.optimizer.zero_grad(set_to_none=True)
+            return stats
         self.optimizer.step()
         self.updates += 1
         return stats

@@ -252,6 +252,40 @@ def test_two_learner_processes_average_gradients_end_with_identical_parameters_a
         np.testing.assert_allclose(rank0["params"][name], expected, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
+def test_a_learner_group_skips_a_step_on_the_ranks_mean_kl_even_where_one_rank_alone_would_step(
+    tmp_path: Path,
+) -> None:
+    training = {"minibatch_chunks": 4, "buffer_chunks": 8, "max_sample_reuse": 1.0}
+    config = tiny_config(**training)
+    spec = model_spec(config)
+    policy = initial_policy(spec, config.training.seed)
+    kls = [PPO(policy, config.ppo).loss(_as_chunks(synthetic_rollout(spec, 16, 4, 0, 100 + r)))[1] for r in range(2)]
+    low, mean = min(s["approx_kl"] for s in kls), sum(s["approx_kl"] for s in kls) / 2
+    assert low < mean  # the synthetic logp differ per rank, so the ranks' KLs do
+    kl_stop = (low + mean) / 2  # the lower rank alone would step; the group's mean says skip
+    port = free_port()
+    jobs = [
+        {
+            "rank": r,
+            "world_size": 2,
+            "port": port,
+            "training": training,
+            "ppo": {"kl_stop": kl_stop},
+            "chunks": 4,
+            "rollout_seeds": [100 + r],
+            "steps": 1,
+            "seconds": 60,
+        }
+        for r in range(2)
+    ]
+    ranks = run_world(jobs, tmp_path)
+    assert min(rank["stats"]["approx_kl"] for rank in ranks) < kl_stop  # each rank logs its own KL
+    for rank in ranks:
+        assert rank["stats"]["steps"] == 1 and rank["stats"]["kl_stopped_steps"] == 1
+        for name, p in policy.named_parameters():  # an Adam step moves each weight by about lr = 2.5e-4
+            np.testing.assert_allclose(rank["params"][name], p.detach().numpy(), rtol=0, atol=1e-5, err_msg=name)
+
+
 def _as_chunks(rollout: Any) -> Any:
     from five_actors.actors.buffer import ExperienceBuffer, to_chunks
 

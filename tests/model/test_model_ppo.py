@@ -49,6 +49,9 @@ def test_ppo_config_is_validated_by_the_loader(tmp_path) -> None:
     path.write_text("[ppo]\nclip = -0.1\n")
     with pytest.raises(ConfigError, match="ppo: clip must be positive"):
         load_config(path)
+    path.write_text("[ppo]\nkl_stop = -0.01\n")
+    with pytest.raises(ConfigError, match="ppo: kl_stop must not be negative"):
+        load_config(path)
     path.write_text("[model]\nlstm_size = 4096\ndevice = 'cuda:1'\n")
     config = load_config(path)
     assert config.model.lstm_size == 4096 and config.baseline.epochs == 4
@@ -96,6 +99,21 @@ def test_an_update_moves_the_policy_and_its_first_ratio_is_one(policy: Policy, s
     ppo.update(batch, epochs=1, minibatches=1)
     assert any(not torch.equal(a, b) for a, b in zip(before, policy.parameters()))
     assert policy.norms["enemies"].count > 0 and ppo.updates == 1
+
+
+def test_kl_stop_skips_the_steps_once_the_policy_has_moved_that_far_from_the_acting_one(
+    policy: Policy, spec: ModelSpec
+) -> None:
+    batch = _batch(spec, policy)
+    ppo = PPO(policy, PPOConfig(kl_stop=1e-5, learning_rate=1e-2))
+    first = ppo.step(batch)  # the acting policy is this one: KL 0, the step is taken
+    assert first["kl_stopped"] == 0.0 and ppo.updates == 1
+    moved = [p.detach().clone() for p in policy.parameters()]
+    second = ppo.step(batch)
+    assert second["approx_kl"] > 1e-5 and second["kl_stopped"] == 1.0 and ppo.updates == 1
+    assert all(torch.equal(a, b) for a, b in zip(moved, policy.parameters()))
+    ppo = PPO(policy, PPOConfig(learning_rate=1e-2))  # kl_stop 0: never stops
+    assert ppo.step(batch)["kl_stopped"] == 0.0 and ppo.updates == 1
 
 
 def test_nan_in_a_loss_term_skips_the_update_and_names_the_term(policy: Policy, spec: ModelSpec) -> None:

@@ -60,6 +60,11 @@ class TrainingConfig:
     """Steps after a chunk that GAE looks ahead before bootstrapping from the value there."""
     past_opponent_share: float = 0.2
     """Share of games whose team 1 plays a past version from the opponent pool (paper: 20%)."""
+    opponent_draw_games: int = 0
+    """Past-opponent games of a GameActor that one draw from the pool serves before the next draw (0: as many as the
+    actor plays at once, games_per_actor x past_opponent_share rounded up; 1: a draw per game, as the paper). Each
+    game still meets version i with the pool's probability; fewer versions in play at once make fewer, larger
+    forward passes on the inference actor, one per version a batch holds."""
     inference_batch_rows: int = 256
     """An InferenceActor runs a forward pass once this many rows are waiting..."""
     inference_deadline_ms: float = 2.0
@@ -164,6 +169,8 @@ class TrainingConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.past_opponent_share <= 1.0:
             raise ValueError(f"past_opponent_share must be within [0, 1], got {self.past_opponent_share}")
+        if self.opponent_draw_games < 0:
+            raise ValueError(f"opponent_draw_games must not be negative (0: automatic), got {self.opponent_draw_games}")
         for name in (
             "infer_timeout_s",
             "max_sample_reuse",

@@ -5,9 +5,12 @@ gymnasium environment (one row each) or of a PettingZoo parallel one (a row per 
 of finished episodes are kept for `mean_return`. A game of two teams (the lane game, or a PettingZoo
 environment with `env.teams = 2`) is self-play: every agent of both teams of every game is a row of
 one batch, and at each game's start one team plays a past version from the ParamServer's opponent
-pool with probability `training.past_opponent_share`, else both teams play the latest policy. The
-past version's side alternates from one such game to the next in each game slot (slots start on
-alternate sides), so the learning policy meets past opponents from both sides of the map. Each step sends every
+pool with probability `training.past_opponent_share`, else both teams play the latest policy. One
+draw from the pool serves `training.opponent_draw_games` such games (by default as many as the actor
+plays at once), so a batch holds few past versions and the inference actor runs few forward passes for
+them; each game still meets version i with the pool's probability. The past version's side alternates
+from one such game to the next in each game slot (slots start on alternate sides), so the learning
+policy meets past opponents from both sides of the map. Each step sends every
 row's observation, masks and LSTM state in one InferRequest and applies the reply.
 
 Rows played by the latest policy are learned from: once a chunk of `rollout_chunk_steps` steps
@@ -45,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import math
 import time
 import zlib
 from collections import deque
@@ -136,6 +140,10 @@ class GameActor(Actor):
         self.past_games = 0
         self.past_games_by_side = [0, 0]
         """Games against a past version, by the team the latest policy played in them."""
+        self.opponent_draws = 0
+        """Past versions drawn from the ParamServer's pool; each serves `draw_games` games."""
+        self.drawn, self.draw_left = LATEST, 0
+        """The past version drawn last, and the games it is still to serve."""
         self.match_results = 0
         self.episodes = 0
         self.episodes_truncated = 0
@@ -179,6 +187,8 @@ class GameActor(Actor):
         self.opponents = np.full(self.game.num_games, LATEST, np.int64)
         self.past_team = np.arange(self.game.num_games, dtype=np.int64) % 2
         """The team that plays the opponent in each game where it is a past version (see the module docstring)."""
+        share = training.past_opponent_share
+        self.draw_games = training.opponent_draw_games or max(1, math.ceil(training.games_per_actor * share))
         self.log = log.bind(actor=self.ref.path)
         self.params = self.system.ref(self.params_address)
         # Game actors spread over the inference actors; each moves on to the next one on a failure.
@@ -260,21 +270,26 @@ class GameActor(Actor):
         return row_versions(self.opponents, self.past_team, self.game.agents_per_team)
 
     async def _pick_opponent(self, game: int) -> None:
-        """Decide at a game's start whether a team plays a past version (asked of the ParamServer); never in a game
-        of one team."""
+        """Decide at a game's start whether a team plays a past version; never in a game of one team. The version is
+        the one drawn last from the ParamServer's pool until it has served `draw_games` games, then a new draw."""
         self.opponents[game] = LATEST
         if not self.self_play or self.rng.random() >= self.training.past_opponent_share:
             return
-        try:
-            reply = await self.params.ask(OpponentRequest(), timeout=OPPONENT_TIMEOUT_S)
-        except FiveActorsError as exc:
-            self.log.warning("opponent_unavailable", error=str(exc))
-            return
-        if isinstance(reply, Opponent) and reply.version != LATEST:
-            self.opponents[game] = reply.version
-            self.past_team[game] ^= 1
-            self.past_games += 1
-            self.past_games_by_side[1 - int(self.past_team[game])] += 1
+        if self.draw_left == 0:
+            try:
+                reply = await self.params.ask(OpponentRequest(), timeout=OPPONENT_TIMEOUT_S)
+            except FiveActorsError as exc:
+                self.log.warning("opponent_unavailable", error=str(exc))
+                return
+            if not isinstance(reply, Opponent) or reply.version == LATEST:
+                return
+            self.drawn, self.draw_left = reply.version, self.draw_games
+            self.opponent_draws += 1
+        self.draw_left -= 1
+        self.opponents[game] = self.drawn
+        self.past_team[game] ^= 1
+        self.past_games += 1
+        self.past_games_by_side[1 - int(self.past_team[game])] += 1
 
     async def _game_over(self, game: int, win: np.ndarray | None) -> None:
         """Report a game against a past version to the ParamServer, then pick the next opponent.
@@ -342,6 +357,7 @@ class GameActor(Actor):
                 # A past version the inference actor cannot load: play those games against the latest.
                 if exc.is_a(VersionUnavailable) and np.any(self.opponents != LATEST):
                     self.opponents[:] = LATEST
+                    self.draw_left = 0
             else:
                 if not isinstance(reply, InferReply) or np.shape(reply.actions)[0] != obs.shape[0]:
                     raise ModelError(f"{address} answered {obs.shape[0]} rows with {_rows_of(reply)}")
@@ -574,6 +590,7 @@ class GameActor(Actor):
             "steps_dropped_arch": self.steps_dropped_arch,
             "games_finished": self.games_finished,
             "past_opponent_games": self.past_games,
+            "past_opponent_draws": self.opponent_draws,
             "past_opponent_games_as_team0": self.past_games_by_side[0],
             "past_opponent_games_as_team1": self.past_games_by_side[1],
             "match_results": self.match_results,

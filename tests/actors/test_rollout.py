@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -250,7 +251,7 @@ def test_row_versions_put_each_games_past_opponent_on_its_side() -> None:
 async def test_past_opponents_meet_the_latest_policy_on_both_sides_and_only_latest_rows_are_shipped(
     system: ActorSystem,
 ) -> None:
-    config = tiny_config(past_opponent_share=1.0, pool_add_every=1)
+    config = tiny_config(past_opponent_share=1.0, pool_add_every=1, opponent_draw_games=1)
     spec = model_spec(config)
     server = ParamServerActor(config=config)
     system.spawn(server, "/params")
@@ -274,6 +275,24 @@ async def test_past_opponents_meet_the_latest_policy_on_both_sides_and_only_late
     # A new version is announced, fetched, and plays the latest rows.
     await server.ref.tell(publish(initial_policy(spec, 3), 3))
     await until(lambda: any(3 in r.versions.tolist() for r in learner.rollouts))
+
+
+@pytest.mark.parametrize(("draw_games", "per_draw"), [(0, 4), (1, 1)])
+async def test_one_draw_from_the_pool_serves_as_many_past_opponent_games_as_the_actor_plays_at_once(
+    system: ActorSystem, draw_games: int, per_draw: int
+) -> None:
+    # 8 games, half against past versions: by default a drawn version serves 4 games, so a batch holds few
+    # past versions (a forward pass each on the inference actor); opponent_draw_games = 1 draws per game.
+    config = tiny_config(
+        games_per_actor=8, past_opponent_share=0.5, pool_add_every=1, opponent_draw_games=draw_games
+    )
+    spec = model_spec(config)
+    server, _, (game,), _ = start(system, config)
+    for version in (1, 2, 3, 4):
+        await server.ref.tell(publish(initial_policy(spec, version), version))
+    await until(lambda: game.past_games >= 12)
+    stats = game.stats()
+    assert stats["past_opponent_draws"] == math.ceil(stats["past_opponent_games"] / per_draw)
 
 
 async def test_chunks_for_a_learner_that_is_down_are_counted_lost(system: ActorSystem) -> None:

@@ -206,22 +206,8 @@ def test_two_learner_processes_average_gradients_end_with_identical_parameters_a
     tmp_path: Path,
 ) -> None:
     training = {"minibatch_chunks": 4, "buffer_chunks": 8, "max_sample_reuse": 1.0}
-    port = free_port()
     # Rank 0 is stopped after its step; rank 1 would wait for fresh chunks for a minute, but leaves with it.
-    jobs = [
-        {
-            "rank": r,
-            "world_size": 2,
-            "port": port,
-            "training": training,
-            "chunks": 4,
-            "rollout_seeds": [100 + r],
-            "steps": 1 if r == 0 else 1000,
-            "seconds": 60,
-        }
-        for r in range(2)
-    ]
-    rank0, rank1 = run_world(jobs, tmp_path)
+    rank0, rank1 = run_world(_two_ranks(training, steps=[1, 1000]), tmp_path)
     assert rank0["stats"]["steps"] == rank1["stats"]["steps"] == 1
     assert not rank1["alive"] and rank1["elapsed_s"] < 50
     for name in rank0["params"]:
@@ -263,27 +249,32 @@ def test_a_learner_group_skips_a_step_on_the_ranks_mean_kl_even_where_one_rank_a
     low, mean = min(s["approx_kl"] for s in kls), sum(s["approx_kl"] for s in kls) / 2
     assert low < mean  # the synthetic logp differ per rank, so the ranks' KLs do
     kl_stop = (low + mean) / 2  # the lower rank alone would step; the group's mean says skip
-    port = free_port()
-    jobs = [
-        {
-            "rank": r,
-            "world_size": 2,
-            "port": port,
-            "training": training,
-            "ppo": {"kl_stop": kl_stop},
-            "chunks": 4,
-            "rollout_seeds": [100 + r],
-            "steps": 1,
-            "seconds": 60,
-        }
-        for r in range(2)
-    ]
-    ranks = run_world(jobs, tmp_path)
+    ranks = run_world(_two_ranks(training, steps=[1, 1], ppo={"kl_stop": kl_stop}), tmp_path)
     assert min(rank["stats"]["approx_kl"] for rank in ranks) < kl_stop  # each rank logs its own KL
     for rank in ranks:
         assert rank["stats"]["steps"] == 1 and rank["stats"]["kl_stopped_steps"] == 1
         for name, p in policy.named_parameters():  # an Adam step moves each weight by about lr = 2.5e-4
             np.testing.assert_allclose(rank["params"][name], p.detach().numpy(), rtol=0, atol=1e-5, err_msg=name)
+
+
+def _two_ranks(training: dict[str, Any], steps: list[int], ppo: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Jobs for a learner group of two ranks on one free port, rank r fed 4 synthetic chunks of seed 100 + r and
+    stopped after steps[r] steps (or a minute)."""
+    port = free_port()
+    return [
+        {
+            "rank": r,
+            "world_size": 2,
+            "port": port,
+            "training": training,
+            "ppo": ppo or {},
+            "chunks": 4,
+            "rollout_seeds": [100 + r],
+            "steps": steps[r],
+            "seconds": 60,
+        }
+        for r in range(2)
+    ]
 
 
 def _as_chunks(rollout: Any) -> Any:

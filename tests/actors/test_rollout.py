@@ -283,9 +283,7 @@ async def test_one_draw_from_the_pool_serves_as_many_past_opponent_games_as_the_
 ) -> None:
     # 8 games, half against past versions: by default a drawn version serves 4 games, so a batch holds few
     # past versions (a forward pass each on the inference actor); opponent_draw_games = 1 draws per game.
-    config = tiny_config(
-        games_per_actor=8, past_opponent_share=0.5, pool_add_every=1, opponent_draw_games=draw_games
-    )
+    config = tiny_config(games_per_actor=8, past_opponent_share=0.5, pool_add_every=1, opponent_draw_games=draw_games)
     spec = model_spec(config)
     server, _, (game,), _ = start(system, config)
     for version in (1, 2, 3, 4):

@@ -388,3 +388,22 @@ async def test_a_peer_cannot_point_a_linked_node_at_another_url(make_node: NodeF
         )  # an unknown node is learned
         await ws.close()
     assert (await a.ask("b/echo", Probe(4))).n == 4
+
+
+async def test_replies_to_a_reader_that_falls_behind_all_arrive_in_order(make_node: NodeFactory) -> None:
+    # 48 replies of 256 KiB each overfill the socket while the asker reads nothing: the node's
+    # writer waits for it to drain and must lose or reorder none.
+    node = await make_node("a")
+    node.system.spawn(Echo(), "/echo")
+    payload = np.arange(256 * 1024, dtype=np.uint8)
+    async with aiohttp.ClientSession() as session:
+        ws = await _raw_client(session, node)
+        for n in range(48):
+            await ws.send_bytes(wire.encode("ask", to="a/echo", id=n, body=Probe(n, payload)))
+        await asyncio.sleep(0.5)
+        replies: list[wire.Envelope] = []
+        while len(replies) < 48:
+            replies += [e for e in wire.decode_batch((await ws.receive()).data) if isinstance(e, wire.Envelope)]
+    assert [(e.kind, e.id, e.body.n) for e in replies] == [("reply", n, n) for n in range(48)]
+    assert all(np.array_equal(e.body.payload, payload) for e in replies)
+    assert [row["state"] for row in node.links()] == ["up"]

@@ -22,6 +22,14 @@ from tests.runtime.runtime_support import TOKEN, NodeFactory
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
+async def _receive_envelopes(ws: aiohttp.ClientWebSocketResponse, count: int) -> list[wire.Envelope]:
+    """The next `count` frames from a node, across however many batches it sent them in."""
+    envelopes: list[wire.Envelope] = []
+    while len(envelopes) < count:
+        envelopes += [e for e in wire.decode_batch((await ws.receive()).data) if isinstance(e, wire.Envelope)]
+    return envelopes
+
+
 class Refuser(Actor):
     """Refuses every Probe with a FiveActorsError."""
 
@@ -303,9 +311,7 @@ async def test_frames_for_addresses_that_are_not_here_get_answers_not_a_broken_l
         await ws.send_bytes(wire.encode("ask", to="elsewhere/echo", id=2, body=Probe(1)))
         await ws.send_bytes(wire.encode("watch", to="a/", id=3))
         await ws.send_bytes(wire.encode("watch", to="a/nobody", id=4))
-        answers: list[wire.Envelope] = []
-        while len(answers) < 4:  # the node batches what it sends in one loop turn
-            answers += [e for e in wire.decode_batch((await ws.receive()).data) if isinstance(e, wire.Envelope)]
+        answers = await _receive_envelopes(ws, 4)
         assert [(e.kind, e.id) for e in answers] == [("error", 1), ("error", 2), ("down", 3), ("down", 4)]
         assert "links do not forward" in answers[1].body["message"]
         assert [e.body for e in answers[2:]] == ["noproc", "noproc"]
@@ -401,9 +407,7 @@ async def test_replies_to_a_reader_that_falls_behind_all_arrive_in_order(make_no
         for n in range(48):
             await ws.send_bytes(wire.encode("ask", to="a/echo", id=n, body=Probe(n, payload)))
         await asyncio.sleep(0.5)
-        replies: list[wire.Envelope] = []
-        while len(replies) < 48:
-            replies += [e for e in wire.decode_batch((await ws.receive()).data) if isinstance(e, wire.Envelope)]
+        replies = await _receive_envelopes(ws, 48)
     assert [(e.kind, e.id, e.body.n) for e in replies] == [("reply", n, n) for n in range(48)]
     assert all(np.array_equal(e.body.payload, payload) for e in replies)
     assert [row["state"] for row in node.links()] == ["up"]

@@ -84,6 +84,20 @@ def cmd_logs_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_logs_rollouts(args: argparse.Namespace) -> int:
+    """`five-actors logs rollouts RUN_DIR`: what the latest policy's rows earned, per window of minutes."""
+    from five_actors.actors.history import rollout_history, rollouts_text
+
+    rows = rollout_history(Path(args.run_dir), args.window)
+    if not rows:
+        raise FiveActorsError(f"{args.run_dir}: no rollout_chunk events (no GameActor has shipped a chunk)")
+    if args.json:
+        sys.stdout.write("".join(orjson.dumps(row).decode() + "\n" for row in rows))
+    else:
+        sys.stdout.write(rollouts_text(rows))
+    return 0
+
+
 def _time_arg(text: str) -> float:
     from five_actors.logreplay import parse_time
 
@@ -95,11 +109,10 @@ def _time_arg(text: str) -> float:
 
 def _add_logs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     logs = commands.add_parser("logs", help="read a run's structured logs")
-    which = logs.add_subparsers(dest="logs_command", required=True, metavar="{replay,summary,eval}")
+    which = logs.add_subparsers(dest="logs_command", required=True, metavar="{replay,summary,eval,rollouts}")
     replay = which.add_parser("replay", help="print the logs of every node merged by time")
     summary = which.add_parser("summary", help="starts, crashes, restarts and last error per actor; counts per event")
     for sub in (replay, summary):
-        sub.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (its logs/ folder) or a folder of *.jsonl")
         sub.add_argument(
             "--actor", action="append", metavar="GLOB", help="actor path glob, e.g. '/rollouts/*' (repeatable)"
         )
@@ -120,7 +133,6 @@ def _add_logs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
     evals = which.add_parser(
         "eval", help="the EvalActor's rounds over time: win rates vs the bots, TrueSkill, env steps"
     )
-    evals.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (its logs/ folder) or a folder of *.jsonl")
     evals.add_argument("--json", action="store_true", help="one JSON object per round")
     evals.add_argument(
         "--plot",
@@ -128,6 +140,14 @@ def _add_logs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
         help="also draw win rates and TrueSkill against minutes and env steps to FILE.png, and the same as FILE.html",
     )
     evals.set_defaults(func=cmd_logs_eval)
+    rollouts = which.add_parser(
+        "rollouts", help="what the latest policy's heroes (rows) earned while training: reward components over time"
+    )
+    rollouts.add_argument("--window", type=float, default=5.0, metavar="MIN", help="minutes per row (default 5)")
+    rollouts.add_argument("--json", action="store_true", help="one JSON object per window")
+    rollouts.set_defaults(func=cmd_logs_rollouts)
+    for sub in (replay, summary, evals, rollouts):
+        sub.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (its logs/ folder) or a folder of *.jsonl")
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

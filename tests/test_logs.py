@@ -336,3 +336,43 @@ def test_an_actor_crash_is_logged_with_its_traceback_and_summarised(tmp_path: Pa
         "last_error": "ValueError: bad input",
         "nodes": ["n1"],
     }
+
+
+def _line(ts: float, node: str, event: str, **fields: object) -> bytes:
+    return orjson.dumps({"ts": ts, "node": node, "actor": None, "event": event, "level": "info", **fields}) + b"\n"
+
+
+def test_rollouts_show_each_reward_component_per_1000_agent_steps_per_window(tmp_path: Path) -> None:
+    """Two game actors' chunks in the first two minutes and one in minute 6: with 5-minute windows the first row
+    pools the two (weighted by their agent-steps), the second holds the third; --window 1 splits them further."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    t0 = 1_800_000_000.0
+    (logs / "head.jsonl").write_bytes(_line(t0, "head", "training_progress", version=0, env_steps=0))
+    chunk = {"steps": 16}
+    (logs / "head.game-0.jsonl").write_bytes(
+        _line(t0 + 30, "game-0", "rollout_chunk", chunks=100, version=3, reward=8.0, reward_xp=4.0, **chunk)
+        + _line(t0 + 370, "game-0", "rollout_chunk", chunks=50, version=40, reward=-1.6, reward_xp=0.0, **chunk)
+    )
+    (logs / "head.game-1.jsonl").write_bytes(
+        _line(t0 + 90, "game-1", "rollout_chunk", chunks=25, version=7, reward=2.0, reward_xp=1.0, **chunk)
+    )
+    rows = json_lines(cli("rollouts", str(tmp_path), "--json").stdout)
+    assert rows == [
+        {"minutes": 0.0, "version": 7, "agent_steps": 2000, "reward": 5.0, "reward_xp": 2.5},
+        {"minutes": 5.0, "version": 40, "agent_steps": 800, "reward": -2.0, "reward_xp": 0.0},
+    ]
+    assert [r["minutes"] for r in json_lines(cli("rollouts", str(tmp_path), "--json", "--window", "1").stdout)] == [
+        0.0,
+        1.0,
+        6.0,
+    ]
+    table = cli("rollouts", str(tmp_path)).stdout.splitlines()
+    assert table[1].split() == ["min", "version", "agent", "steps", "total", "xp"]
+    assert table[2].split() == ["0.0", "7", "2,000", "5.00", "2.50"]
+    refused = cli("rollouts", str(tmp_path), "--window", "0")
+    assert refused.returncode == 2 and "the window must be a positive number of minutes" in refused.stderr
+    (logs / "head.game-0.jsonl").unlink()
+    (logs / "head.game-1.jsonl").unlink()
+    empty = cli("rollouts", str(tmp_path))
+    assert empty.returncode == 2 and "no rollout_chunk events" in empty.stderr

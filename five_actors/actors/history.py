@@ -7,6 +7,11 @@ held-out episodes with its 95% interval instead (`mean_return`, `ci_return`, `ep
 win rates, TrueSkill None). The head's `training_progress` events (every 10 s) give the env
 steps played by then. `five-actors logs
 eval RUN_DIR` prints the rows as a table; the benchmarks report them as JSON.
+
+What the policy did while it trained is read back the same way, per window of minutes: the
+GameActors' `rollout_chunk` events (the rows the latest version played, their shaped reward and
+each component summed) as each component per 1,000 agent-steps (one row for one step: a hero of
+the lane game, a copy of a one-agent environment). `five-actors logs rollouts RUN_DIR` prints them.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from five_actors.actors.ratings import wilson_interval
+from five_actors.errors import LogsError
 from five_actors.logreplay import LogFilter, find_log_dir, read_merged
 
 
@@ -71,6 +77,56 @@ def eval_history(
 
 RETURNS = "returns"
 """Where a round of a one-team environment keeps its event (it has no opponent to be named by)."""
+
+
+def rollout_history(run_dir: Path, window_minutes: float = 5.0) -> list[dict[str, Any]]:
+    """Per window of `window_minutes` from the start of training (the first training_progress event, else the
+    first chunk): its first minute, the newest version that played, the agent-steps played by the latest version,
+    and the shaped reward (`reward`) and each component (`reward_NAME`) per 1,000 of those agent-steps."""
+    if not window_minutes > 0:
+        raise LogsError(f"the window must be a positive number of minutes, got {window_minutes}")
+    started: float | None = None
+    windows: dict[int, dict[str, Any]] = {}
+    events = ("rollout_chunk", "training_progress")
+    for record, _raw in read_merged(find_log_dir(run_dir), LogFilter(events=events)):
+        started = float(record["ts"]) if started is None else started
+        if record["event"] != "rollout_chunk":
+            continue
+        index = int((float(record["ts"]) - started) // (60.0 * window_minutes))
+        row = windows.setdefault(index, {"version": 0, "agent_steps": 0, "sums": {}})
+        row["version"] = max(row["version"], int(record["version"]))
+        row["agent_steps"] += int(record["chunks"]) * int(record["steps"])
+        for key, value in record.items():
+            if key == "reward" or key.startswith("reward_"):
+                row["sums"][key] = row["sums"].get(key, 0.0) + float(value)
+    table = []
+    for index in sorted(windows):
+        row = windows[index]
+        per = 1000.0 / row["agent_steps"] if row["agent_steps"] else 0.0
+        table.append(
+            {
+                "minutes": round(index * window_minutes, 2),
+                "version": row["version"],
+                "agent_steps": row["agent_steps"],
+                **{key: round(total * per, 4) for key, total in row["sums"].items()},
+            }
+        )
+    return table
+
+
+def rollouts_text(rows: list[dict[str, Any]]) -> str:
+    """The rows as an aligned text table: one column per reward component, named without its `reward_`."""
+    keys = list(dict.fromkeys(k for row in rows for k in row if k == "reward" or k.startswith("reward_")))
+    names = [key.removeprefix("reward_") if key != "reward" else "total" for key in keys]
+    width = max([9, *(len(name) + 1 for name in names)])
+    lines = [
+        "reward per 1,000 agent-steps of the latest version",
+        f"{'min':>7} {'version':>8} {'agent steps':>12}" + "".join(f"{name:>{width}}" for name in names),
+    ]
+    for row in rows:
+        cells = "".join(f"{row.get(key, 0.0):>{width}.2f}" for key in keys)
+        lines.append(f"{row['minutes']:>7.1f} {row['version']:>8} {row['agent_steps']:>12,}" + cells)
+    return "\n".join(lines) + "\n"
 
 
 def _pooled_past(results: list[dict[str, Any]]) -> dict[str, Any]:

@@ -157,6 +157,20 @@ def test_sigterm_stops_cleanly_logs_replay_and_resume_continues(run: Run, tmp_pa
     assert history.returncode == 0 and [r["round"] for r in rows] == list(range(1, rounds + 1)), history.stderr
     assert all(0.0 <= r["win_rate_scripted"] <= 1.0 and isinstance(r["trueskill"], float) for r in rows)
     assert rows[-1]["env_steps"] > 0 and rows[-1]["version"] >= rows[0]["version"]
+    played = subprocess.run(
+        [sys.executable, "-m", "five_actors", "logs", "rollouts", str(run.run_dir), "--json", "--window", "0.5"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    windows = [json.loads(line) for line in played.stdout.splitlines()]
+    chunks = log_events(run.run_dir, "rollout_chunk")
+    assert played.returncode == 0 and windows, played.stderr
+    assert sum(w["agent_steps"] for w in windows) == sum(c["chunks"] * c["steps"] for c in chunks)
+    assert {"reward", "reward_hero_death", "reward_xp", "reward_tower", "reward_win"} <= set(windows[0])
+    assert windows[-1]["version"] == max(c["version"] for c in chunks)
     plot = tmp_path / "curves.png"
     drawn = subprocess.run(
         [sys.executable, "-m", "five_actors", "logs", "eval", str(run.run_dir), "--plot", str(plot)],

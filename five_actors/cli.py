@@ -8,7 +8,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -72,10 +72,7 @@ def cmd_logs_eval(args: argparse.Namespace) -> int:
     rows = eval_history(Path(args.run_dir))
     if not rows:
         raise FiveActorsError(f"{args.run_dir}: no eval_result events (the EvalActor has not finished a round)")
-    if args.json:
-        sys.stdout.write("".join(orjson.dumps(row).decode() + "\n" for row in rows))
-    else:
-        sys.stdout.write(history_text(rows))
+    sys.stdout.write(_json_lines(rows) if args.json else history_text(rows))
     if args.plot:
         from five_actors.actors.history_plot import plot_history
 
@@ -91,11 +88,12 @@ def cmd_logs_rollouts(args: argparse.Namespace) -> int:
     rows = rollout_history(Path(args.run_dir), args.window)
     if not rows:
         raise FiveActorsError(f"{args.run_dir}: no rollout_chunk events (no GameActor has shipped a chunk)")
-    if args.json:
-        sys.stdout.write("".join(orjson.dumps(row).decode() + "\n" for row in rows))
-    else:
-        sys.stdout.write(rollouts_text(rows))
+    sys.stdout.write(_json_lines(rows) if args.json else rollouts_text(rows))
     return 0
+
+
+def _json_lines(rows: list[dict[str, Any]]) -> str:
+    return "".join(orjson.dumps(row).decode() + "\n" for row in rows)
 
 
 def _time_arg(text: str) -> float:

@@ -135,36 +135,20 @@ def test_sigterm_stops_cleanly_logs_replay_and_resume_continues(run: Run, tmp_pa
     rounds = max(e["round"] for e in log_events(run.run_dir, "eval_result"))
     assert log_events(run.run_dir, "training_progress")
 
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    replay = subprocess.run(
-        [sys.executable, "-m", "five_actors", "logs", "replay", str(run.run_dir), "--event", "eval_result"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    def logs(command: str, *options: str) -> subprocess.CompletedProcess[str]:
+        """`five-actors logs COMMAND RUN_DIR OPTIONS...` in a subprocess."""
+        argv = [sys.executable, "-m", "five_actors", "logs", command, str(run.run_dir), *options]
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+    replay = logs("replay", "--event", "eval_result")
     assert replay.returncode == 0 and "eval_result" in replay.stdout and "opponent=scripted" in replay.stdout
-    history = subprocess.run(
-        [sys.executable, "-m", "five_actors", "logs", "eval", str(run.run_dir), "--json"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    history = logs("eval", "--json")
     rows = [json.loads(line) for line in history.stdout.splitlines()]
     assert history.returncode == 0 and [r["round"] for r in rows] == list(range(1, rounds + 1)), history.stderr
     assert all(0.0 <= r["win_rate_scripted"] <= 1.0 and isinstance(r["trueskill"], float) for r in rows)
     assert rows[-1]["env_steps"] > 0 and rows[-1]["version"] >= rows[0]["version"]
-    played = subprocess.run(
-        [sys.executable, "-m", "five_actors", "logs", "rollouts", str(run.run_dir), "--json", "--window", "0.5"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    played = logs("rollouts", "--json", "--window", "0.5")
     windows = [json.loads(line) for line in played.stdout.splitlines()]
     chunks = log_events(run.run_dir, "rollout_chunk")
     assert played.returncode == 0 and windows, played.stderr
@@ -172,14 +156,7 @@ def test_sigterm_stops_cleanly_logs_replay_and_resume_continues(run: Run, tmp_pa
     assert {"reward", "reward_hero_death", "reward_xp", "reward_tower", "reward_win"} <= set(windows[0])
     assert windows[-1]["version"] == max(c["version"] for c in chunks)
     plot = tmp_path / "curves.png"
-    drawn = subprocess.run(
-        [sys.executable, "-m", "five_actors", "logs", "eval", str(run.run_dir), "--plot", str(plot)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    drawn = logs("eval", "--plot", str(plot))
     assert drawn.returncode == 0, drawn.stderr
     assert plot.read_bytes().startswith(b"\x89PNG") and len(plot.read_bytes()) > 10_000
     page = plot.with_suffix(".html").read_text()

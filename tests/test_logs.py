@@ -349,13 +349,12 @@ def test_rollouts_show_each_reward_component_per_1000_agent_steps_per_window(tmp
     logs.mkdir()
     t0 = 1_800_000_000.0
     (logs / "head.jsonl").write_bytes(_line(t0, "head", "training_progress", version=0, env_steps=0))
-    chunk = {"steps": 16}
     (logs / "head.game-0.jsonl").write_bytes(
-        _line(t0 + 30, "game-0", "rollout_chunk", chunks=100, version=3, reward=8.0, reward_xp=4.0, **chunk)
-        + _line(t0 + 370, "game-0", "rollout_chunk", chunks=50, version=40, reward=-1.6, reward_xp=0.0, **chunk)
+        _line(t0 + 30, "game-0", "rollout_chunk", chunks=100, steps=16, version=3, reward=8.0, reward_xp=4.0)
+        + _line(t0 + 370, "game-0", "rollout_chunk", chunks=50, steps=16, version=40, reward=-1.6, reward_xp=0.0)
     )
     (logs / "head.game-1.jsonl").write_bytes(
-        _line(t0 + 90, "game-1", "rollout_chunk", chunks=25, version=7, reward=2.0, reward_xp=1.0, **chunk)
+        _line(t0 + 90, "game-1", "rollout_chunk", chunks=25, steps=16, version=7, reward=2.0, reward_xp=1.0)
     )
     rows = json_lines(cli("rollouts", str(tmp_path), "--json").stdout)
     assert rows == [

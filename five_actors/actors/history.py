@@ -80,9 +80,9 @@ RETURNS = "returns"
 
 
 def rollout_history(run_dir: Path, window_minutes: float = 5.0) -> list[dict[str, Any]]:
-    """Per window of `window_minutes` from the start of training (the first training_progress event, else the
-    first chunk): its first minute, the newest version that played, the agent-steps played by the latest version,
-    and the shaped reward (`reward`) and each component (`reward_NAME`) per 1,000 of those agent-steps."""
+    """Per window of `window_minutes` from the start of training (the first training_progress or rollout_chunk
+    event, whichever was logged first): its first minute, the newest version that played, the agent-steps played
+    by the latest version, and the shaped reward (`reward`) and each component (`reward_NAME`) per 1,000 of them."""
     if not window_minutes > 0:
         raise LogsError(f"the window must be a positive number of minutes, got {window_minutes}")
     started: float | None = None
@@ -97,7 +97,7 @@ def rollout_history(run_dir: Path, window_minutes: float = 5.0) -> list[dict[str
         row["version"] = max(row["version"], int(record["version"]))
         row["agent_steps"] += int(record["chunks"]) * int(record["steps"])
         for key, value in record.items():
-            if key == "reward" or key.startswith("reward_"):
+            if _is_reward(key):
                 row["sums"][key] = row["sums"].get(key, 0.0) + float(value)
     table = []
     for index in sorted(windows):
@@ -116,7 +116,7 @@ def rollout_history(run_dir: Path, window_minutes: float = 5.0) -> list[dict[str
 
 def rollouts_text(rows: list[dict[str, Any]]) -> str:
     """The rows as an aligned text table: one column per reward component, named without its `reward_`."""
-    keys = list(dict.fromkeys(k for row in rows for k in row if k == "reward" or k.startswith("reward_")))
+    keys = list(dict.fromkeys(k for row in rows for k in row if _is_reward(k)))
     names = [key.removeprefix("reward_") if key != "reward" else "total" for key in keys]
     width = max([9, *(len(name) + 1 for name in names)])
     lines = [
@@ -127,6 +127,11 @@ def rollouts_text(rows: list[dict[str, Any]]) -> str:
         cells = "".join(f"{row.get(key, 0.0):>{width}.2f}" for key in keys)
         lines.append(f"{row['minutes']:>7.1f} {row['version']:>8} {row['agent_steps']:>12,}" + cells)
     return "\n".join(lines) + "\n"
+
+
+def _is_reward(key: str) -> bool:
+    """Whether a rollout_chunk field is the shaped reward or one of its components."""
+    return key == "reward" or key.startswith("reward_")
 
 
 def _pooled_past(results: list[dict[str, Any]]) -> dict[str, Any]:

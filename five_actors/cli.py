@@ -602,7 +602,7 @@ def _add_surgery_parser(commands: argparse._SubParsersAction[argparse.ArgumentPa
         description=(
             "Operations (join several with '+'): add-observation BLOCK.FEATURE ...|all; add-hero NAME; "
             "add-unit-type BLOCK NAME; widen-lstm SIZE; widen-layer NAME SIZE; add-action NAME [HEAD ...]; "
-            "game-version V."
+            "game-version V; game-size HEROES LANES [TOWERS_PER_LANE]."
         ),
     )
     surgery.add_argument(

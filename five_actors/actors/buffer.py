@@ -26,7 +26,7 @@ import torch
 
 from five_actors.actors.messages import Rollout
 from five_actors.errors import FiveActorsError, TrainingError
-from five_actors.game.layout import decode_continuous, project_masks, project_obs
+from five_actors.game.layout import decode_continuous, project_masks, project_obs, slot_positions
 from five_actors.model.ppo import Chunks
 from five_actors.model.spec import ModelSpec
 
@@ -73,30 +73,46 @@ class Minibatch:
     fresh: list[bool] = field(default_factory=list)
 
 
+Converted = tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray]
+"""A chunk's obs, masks, actions, h and c in another architecture's layout."""
+
+
 def convert_arrays(
-    obs: np.ndarray, masks: dict[str, np.ndarray], h: np.ndarray, c: np.ndarray, old: ModelSpec, new: ModelSpec
-) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    obs: np.ndarray,
+    masks: dict[str, np.ndarray],
+    actions: np.ndarray,
+    h: np.ndarray,
+    c: np.ndarray,
+    old: ModelSpec,
+    new: ModelSpec,
+) -> Converted:
     """Chunk arrays of architecture `old` in `new`'s layout: features and action types by name (new ones 0 and
-    masked off), LSTM state padded with zeros for new units (as the game side does at the switch).
+    masked off), entity slots a game-size surgery added read as absent and a pointer head's choices moved to where
+    their slots now lie, LSTM state padded with zeros for new units (as the game side does at the switch).
 
     Exact for the surgery's function-preserving operations: `new` acts on them as `old` did.
     Refused (TrainingError) when `new` lacks something `old` has (surgery never removes)."""
     try:
         obs = project_obs(obs, old.obs, new.obs) if old.obs != new.obs else obs
-        masks = project_masks(masks, old.actions, new.actions) if old.actions != new.actions else masks
-    except FiveActorsError as exc:
+        if old.actions != new.actions:
+            masks = project_masks(masks, old.actions, new.actions, (old.obs, new.obs))
+            actions = actions.copy()
+            for column, (was, now) in enumerate(zip(old.actions.heads, new.actions.heads, strict=True), start=1):
+                if was.size != now.size:
+                    actions[..., column] = slot_positions(old.obs, new.obs, now.pointer_blocks)[actions[..., column]]
+    except (FiveActorsError, IndexError) as exc:
         raise TrainingError(f"chunks of architecture {old.hash} cannot be converted to {new.hash}: {exc}") from None
     width = new.lstm_size - old.lstm_size
     if width < 0:
         raise TrainingError(f"chunks with an LSTM of {old.lstm_size} cannot be converted to one of {new.lstm_size}")
     pad = [(0, 0)] * (h.ndim - 1) + [(0, width)]
-    return obs, masks, np.pad(h, pad), np.pad(c, pad)
+    return obs, masks, actions, np.pad(h, pad), np.pad(c, pad)
 
 
 def convert_rollout(msg: Rollout, old: ModelSpec, new: ModelSpec) -> Rollout:
     """A checked Rollout of architecture `old` as one of `new` (see convert_arrays)."""
-    obs, masks, h, c = convert_arrays(msg.obs, msg.masks, msg.h, msg.c, old, new)
-    return dataclasses.replace(msg, arch=new.hash, obs=obs, masks=masks, h=h, c=c)
+    obs, masks, actions, h, c = convert_arrays(msg.obs, msg.masks, msg.actions, msg.h, msg.c, old, new)
+    return dataclasses.replace(msg, arch=new.hash, obs=obs, masks=masks, actions=actions, h=h, c=c)
 
 
 def check_rollout(msg: Rollout, spec: ModelSpec, chunk_steps: int) -> int:
@@ -194,8 +210,8 @@ class ExperienceBuffer:
             try:
                 for chunk in waiting:
                     arrays = chunk.arrays
-                    arrays["obs"], chunk.masks, arrays["h"], arrays["c"] = convert_arrays(
-                        arrays["obs"], chunk.masks, arrays["h"], arrays["c"], old, new
+                    arrays["obs"], chunk.masks, arrays["actions"], arrays["h"], arrays["c"] = convert_arrays(
+                        arrays["obs"], chunk.masks, arrays["actions"], arrays["h"], arrays["c"], old, new
                     )
             except TrainingError:
                 self._fate("dropped_arch", waiting)

@@ -7,11 +7,11 @@ config from RUN_DIR/config.json.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from five_actors.errors import ConfigError
+from five_actors.errors import ConfigError, FiveActorsError
 
 if TYPE_CHECKING:
     from five_actors.config import Config
@@ -121,6 +121,11 @@ class TrainingConfig:
     """Optimizer steps after a live surgery with the learning rate at 0, so that Adam's moments of the
     new weights settle before they move (the paper held it at 0 for a while; fresh moments would give
     the new weights about three times the step size of the old ones)."""
+    surgery_schedule: dict[str, str] = field(default_factory=dict)
+    """Surgeries the ParamServer makes by itself, as `five-actors surgery` would: parameter version -> operations
+    (`+` between them), e.g. `{600 = "game-size 5 3"}` grows a run started on a small game to the full one at version
+    600 (a curriculum). Each runs once the latest version reaches its key; a resumed run tries again the ones it has
+    passed, and the operations refuse what the model already has."""
     surgery_revert_trueskill: float = 5.0
     """A change being annealed in goes back to share 0 when the latest version's TrueSkill falls this far below its
     value at the surgery."""
@@ -185,5 +190,22 @@ class TrainingConfig:
             raise ValueError(
                 f"minibatch_chunks ({self.minibatch_chunks}) must not exceed buffer_chunks ({self.buffer_chunks})"
             )
+        self._check_surgery_schedule()
         if not 0 <= self.rendezvous_port <= 65535:
             raise ValueError(f"rendezvous_port must be in 0..65535, got {self.rendezvous_port}")
+
+    def _check_surgery_schedule(self) -> None:
+        from five_actors.surgery.ops import OPERATIONS, parse_ops
+
+        for at, words in self.surgery_schedule.items():
+            if not at.isdigit():
+                raise ValueError(f"surgery_schedule: {at!r} is not a parameter version (a whole number)")
+            try:
+                ops = parse_ops(words.split())
+            except FiveActorsError as exc:
+                raise ValueError(f"surgery_schedule.{at}: {exc}") from None
+            unknown = [op.name for op in ops if op.name not in OPERATIONS]
+            if unknown:
+                raise ValueError(
+                    f"surgery_schedule.{at}: unknown operation {unknown[0]!r} (known: {', '.join(sorted(OPERATIONS))})"
+                )

@@ -24,7 +24,6 @@ interval; there are no ratings.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import time
 from pathlib import Path
@@ -51,6 +50,7 @@ from five_actors.errors import FiveActorsError
 from five_actors.game.bots import RandomBot, ScriptedBot, UniformBot
 from five_actors.game.config import GameConfig
 from five_actors.game.match import Bot
+from five_actors.game.spec import sized_config
 from five_actors.model.policy import Policy
 from five_actors.runtime.actor import Actor
 from five_actors.supervisor.processes import DEVICE_ENV
@@ -177,11 +177,15 @@ class EvalActor(Actor):
             return await self._evaluate_returns(latest.version, policy)
         me = f"v{latest.version}"
         bot_seed = self.training.seed + self.rounds
+        lane = self._game_for(policy) if self.config.env.is_lane else None
         opponents: list[tuple[str, Bot | Policy]] = (
-            [("random", RandomBot(bot_seed)), ("scripted", ScriptedBot(self._game_for(policy)))]
-            if self.config.env.is_lane
+            [("random", RandomBot(bot_seed)), ("scripted", ScriptedBot(lane))]
+            if lane is not None
             else [("random", UniformBot(policy.spec.actions, bot_seed))]
         )
+        # The game's size, in a lane-game run (a curriculum grows it by game-size surgery: rounds of different sizes
+        # are not the same test).
+        size = {} if lane is None else {"heroes_per_side": lane.heroes_per_side, "lanes": lane.lanes}
         for version in self._past_versions(latest.version):
             params = self.frozen.get(version) or await self._fetch(version)
             if params is None or params.arch != latest.arch:
@@ -200,7 +204,7 @@ class EvalActor(Actor):
             outcomes = await asyncio.to_thread(self._play, policy, opponent, games, seed, record)
             for outcome in outcomes:
                 self.ratings.record(me, name, outcome.score)
-            results[name] = self._result(latest.version, name, outcomes)
+            results[name] = {**self._result(latest.version, name, outcomes), **size}
         self.rounds += 1
         self._remember(latest)
         mine = self.ratings.rating(me)
@@ -233,7 +237,7 @@ class EvalActor(Actor):
     ) -> list[GameOutcome]:
         """One round's `games` games against one opponent: lane games, or games of the external environment."""
         if self.config.env.is_lane:
-            return play_round(self.config.game, policy, opponent, games, seed, record)
+            return play_round(self._game_for(policy), policy, opponent, games, seed, record)
         env = make_external(self.config.env, games, EVAL_SEED_BASE + seed)
         try:
             return play_games(env, policy, opponent, EVAL_SEED_BASE + seed)
@@ -271,8 +275,9 @@ class EvalActor(Actor):
         self.frozen.pop(version, None)
 
     def _game_for(self, policy: Policy) -> GameConfig:
-        """The game the policy plays: after a live `game-version` surgery it reads another layout than the config's."""
-        return dataclasses.replace(self.config.game, version=policy.spec.obs.version)
+        """The game the policy plays: after a live `game-version` or `game-size` surgery it reads another layout than
+        the config's."""
+        return sized_config(policy.spec.obs, self.config.game)
 
     def _result(self, version: int, opponent: str, outcomes: list[GameOutcome]) -> dict[str, Any]:
         return {"version": version, "opponent": opponent, **summarize(outcomes)}

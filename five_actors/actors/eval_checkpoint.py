@@ -8,7 +8,8 @@ the random bot first plays as many anchor games against the random bot, so its r
 checkpoint's through it) sits on that scale.
 
 The game is the run's: `--config` when given, else the config.json of the run the checkpoint
-belongs to, else the default config; `--set` overrides either.
+belongs to (at the size of the model's layout, which a game-size surgery grows), else the default
+config; `--set` overrides either.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from five_actors.game.bots import RandomBot, ScriptedBot
 from five_actors.game.config import GameConfig
 from five_actors.game.layout import project_masks, project_obs
 from five_actors.game.match import Bot
-from five_actors.game.spec import action_spec, obs_spec
+from five_actors.game.spec import action_spec, obs_spec, sized_config
 from five_actors.model.checkpoint import load_into, read_checkpoint
 from five_actors.model.policy import Policy
 
@@ -85,7 +86,11 @@ def game_config(loaded: Loaded, config: str | None, overrides: Sequence[str]) ->
     if config is None and loaded.run_dir is not None:
         tree = config_to_dict(read_run_config(loaded.run_dir))
         source = str(loaded.run_dir / RUN_CONFIG)
-        return config_from_tree(tree, overrides, source).game, source
+        game = config_from_tree(tree, overrides, source).game
+        try:  # a curriculum's game-size surgery grew the run's game past what its config.json says
+            return sized_config(loaded.policy.spec.obs, game), source
+        except GameError:
+            return game, source  # not a lane-game layout: check_fits says why
     name = config or "default"
     run_config: Config = load_config(name, overrides)
     return run_config.game, f"config {name}"

@@ -46,7 +46,6 @@ failure counts as a lost step. A chunk whose learner is down is counted as lost.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import math
 import time
@@ -87,7 +86,7 @@ from five_actors.errors import (
 )
 from five_actors.game.env import LaneGame
 from five_actors.game.layout import Step, project_masks, project_obs
-from five_actors.game.spec import action_spec, obs_spec
+from five_actors.game.spec import action_spec, obs_spec, sized_config
 from five_actors.model.spec import ModelSpec
 from five_actors.runtime.actor import Actor
 from five_actors.surgery.anneal import GAME_VERSION, apply_anneal, apply_game_version, games_allowed
@@ -183,7 +182,6 @@ class GameActor(Actor):
         self.gamma = config.ppo.gamma(seconds_per_step)
         self.lam = config.ppo.gae_lambda
         self.rng = np.random.default_rng(seed)
-        self.per_game = self.game.teams * self.game.agents_per_team
         self.opponents = np.full(self.game.num_games, LATEST, np.int64)
         self.past_team = np.arange(self.game.num_games, dtype=np.int64) % 2
         """The team that plays the opponent in each game where it is a past version (see the module docstring)."""
@@ -257,6 +255,11 @@ class GameActor(Actor):
             for g in np.flatnonzero(step.dones[:: self.per_game]).tolist():
                 await self._game_over(g, step.infos.get("win"))
             await self._ship_ready()
+
+    @property
+    def per_game(self) -> int:
+        """Rows of one game (a game-size surgery changes it)."""
+        return self.game.teams * self.game.agents_per_team
 
     @property
     def lane_game(self) -> LaneGame:
@@ -431,14 +434,14 @@ class GameActor(Actor):
         starts: np.ndarray,
     ) -> tuple[Any, ...]:
         """Play on with the new architecture: the whole chunks buffered ship under the old one, the steps left
-        are dropped; new LSTM units start at 0; a new game version restarts the games in a rebuilt lane game."""
+        are dropped; new LSTM units start at 0; a new game version or size restarts the games in a rebuilt lane
+        game."""
         await self._flush()
         old, self.spec, self.arch = self.arch, spec, spec.hash
         self.arch_switches += 1
-        if self.lane and spec.obs.version != self.lane_game.config.version:
-            game = await asyncio.to_thread(
-                LaneGame, dataclasses.replace(self.lane_game.config, version=spec.obs.version)
-            )
+        sized = sized_config(spec.obs, self.lane_game.config) if self.lane else None
+        if sized is not None and sized != self.lane_game.config:
+            game = await asyncio.to_thread(LaneGame, sized)
             game.follow_version(self.latest_version)
             self.game = game
             obs, masks = await asyncio.to_thread(self.game.reset, self.seed)
@@ -453,6 +456,7 @@ class GameActor(Actor):
             arch_from=old,
             arch_to=self.arch,
             game_version=spec.obs.version,
+            **({"heroes_per_side": sized.heroes_per_side, "lanes": sized.lanes} if sized is not None else {}),
             lstm_size=spec.lstm_size,
             steps_dropped=self.steps_dropped_arch,
         )
@@ -576,6 +580,7 @@ class GameActor(Actor):
     def stats(self) -> dict[str, Any]:
         """Throughput, chunks and faults since this incarnation started."""
         elapsed = max(time.monotonic() - self.started, 1e-9)
+        lane = self.lane_game if hasattr(self, "game") and self.lane else None
         return {
             "env_steps": self.env_steps,
             "env_steps_per_s": self.env_steps / elapsed,
@@ -599,7 +604,9 @@ class GameActor(Actor):
             "mean_return": float(np.mean(self.returns)) if self.returns else None,
             "returns_kept": len(self.returns),
             "rewards": dict(self.reward_totals),
-            "team_spirit": self.lane_game.team_spirit if hasattr(self, "game") and self.lane else None,
+            "team_spirit": None if lane is None else lane.team_spirit,
+            "heroes_per_side": None if lane is None else lane.config.heroes_per_side,
+            "lanes": None if lane is None else lane.config.lanes,
             "anneal": dict(self.anneal),
             "annealed_taken": dict(self.annealed_taken),
         }

@@ -55,12 +55,15 @@ def eval_history(
         row = rounds[number]
         scripted, random, returns = row.get("scripted"), row.get("random"), row.get(RETURNS)
         past = [r for name, r in row.items() if name.startswith("v") and isinstance(r, dict)]
+        lane = scripted or random or {}
         table.append(
             {
                 "round": number,
                 "minutes": round((row["ts"] - origin) / 60.0, 2),
                 "env_steps": (env_steps_at or logged_steps)(row["ts"]),
                 "version": row["version"],
+                "heroes_per_side": lane.get("heroes_per_side"),
+                "lanes": lane.get("lanes"),
                 "win_rate_scripted": None if scripted is None else scripted["win_rate"],
                 "ci_scripted": None if scripted is None else [scripted["ci_low"], scripted["ci_high"]],
                 "win_rate_random": None if random is None else random["win_rate"],

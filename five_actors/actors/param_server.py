@@ -29,7 +29,9 @@ surgery is refused on stays out (`opponent_pool_evicted`). So the pause and the 
 new architecture plays do not grow with the pool. The report, sent when the pool is done,
 gives `pause_seconds` (publishes refused), `in_play_seconds` (request to announcement) and
 `seconds` (the whole); /actors shows the pool's progress (`surgery_pool_waiting`). A dry run
-operates the latest version and the pool and changes nothing.
+operates the latest version and the pool and changes nothing. `training.surgery_schedule` names surgeries the
+ParamServer begins by itself once the latest version reaches a given one (`surgery_scheduled`), e.g. a curriculum's
+`game-size 5 3`; they run as if asked for.
 
 Annealing (five_actors.surgery.anneal): the action types a surgery adds and a new game version
 are put to use in a share of games that grows from 0 to 1 over `training.surgery_anneal_versions`
@@ -39,7 +41,7 @@ more than `training.surgery_revert_trueskill` below its value at the surgery goe
 (`surgery_reverted`, and a ParamsAvailable with the new shares).
 
 Events: params_published, params_refused, checkpoint_saved, checkpoint_restored,
-opponent_pool_added, match_result, surgery, surgery_rejected, surgery_reverted.
+opponent_pool_added, match_result, surgery_scheduled, surgery, surgery_rejected, surgery_reverted.
 """
 
 from __future__ import annotations
@@ -140,6 +142,8 @@ class ParamServerActor(Actor):
         """Pool members a surgery has yet to operate, out of the pool meanwhile: version -> (q, old arrays)."""
         self._pool_operated = 0
         self.surgeries = 0
+        self._scheduled: list[tuple[int, str]] = []
+        """`training.surgery_schedule` not yet begun: (version, operations), earliest first."""
 
     async def on_start(self) -> None:
         config, run_dir = run_settings(self, self._config_arg, self._run_dir_arg)
@@ -150,6 +154,7 @@ class ParamServerActor(Actor):
         self.rng = np.random.default_rng(self.training.seed)
         self.pool = OpponentPool(self.training.pool_eta)
         self.annealing = Annealing(self.training.surgery_anneal_versions, self.training.surgery_revert_trueskill)
+        self._scheduled = sorted((int(at), words) for at, words in self.training.surgery_schedule.items())
         self.spec = model_spec(config)
         saved = None if self.store is None else await asyncio.to_thread(self.store.load_latest)
         if saved is None:
@@ -232,6 +237,7 @@ class ParamServerActor(Actor):
             self.log.info("opponent_pool_added", version=msg.version, q=q, pool=len(self.pool))
             self._evict_over_limit()
         await self._notify()
+        self._begin_scheduled()
         # A pool member is always on disk, so that a resumed run still has every opponent it can hand out.
         if self.store is not None and (
             joins_pool or msg.version - max(self.last_checkpoint, 0) >= self.training.checkpoint_every
@@ -315,6 +321,20 @@ class ParamServerActor(Actor):
             self._operate(words, bool(msg.dry_run), int(msg.probe_steps), reply), "params:surgery"
         )
         return reply
+
+    def _begin_scheduled(self) -> None:
+        """The next surgery of `training.surgery_schedule`, once the latest version has reached its version and no
+        other surgery is in flight; it reports like one asked for (`surgery`, or `surgery_rejected` with the reason)."""
+        if self._surgery is not None or not self._scheduled or self.version < self._scheduled[0][0]:
+            return
+        at, text = self._scheduled.pop(0)
+        words = text.split()
+        self.log.info("surgery_scheduled", operations=words, at_version=at, version=self.version)
+        reply: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        reply.add_done_callback(lambda done: done.exception())  # a refusal is logged by _operate: nobody waits here
+        self._surgery = self.spawn_task(
+            self._operate(words, False, Surgery.probe_steps, reply), "params:scheduled-surgery"
+        )
 
     def _reject(self, words: list[str], reason: str) -> NoReturn:
         self.log.warning("surgery_rejected", operations=words, arch=self.arch, reason=reason)

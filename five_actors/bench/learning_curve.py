@@ -50,17 +50,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def final_game(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rounds played on the game of the run's last round: a curriculum (`training.surgery_schedule` with
+    game-size) starts on a smaller game, whose rounds are not the bars' test."""
+    if not rows:
+        return rows
+    size = (rows[-1].get("heroes_per_side"), rows[-1].get("lanes"))
+    return [r for r in rows if (r.get("heroes_per_side"), r.get("lanes")) == size]
+
+
 def bars_met(rows: list[dict[str, Any]]) -> dict[str, float | None]:
-    """The minutes at which each bar of BARS was first met (None: never)."""
+    """The minutes at which each bar of BARS was first met on the run's final game (None: never)."""
     met: dict[str, float | None] = {}
     for name, key, level in BARS:
-        met[name] = next((r["minutes"] for r in rows if r.get(key) is not None and r[key] >= level), None)
+        met[name] = next((r["minutes"] for r in final_game(rows) if r.get(key) is not None and r[key] >= level), None)
     return met
 
 
 def holds(rows: list[dict[str, Any]], minutes: float) -> bool | None:
     """Whether every round of the run's last third won against the scripted bot at least as often as
-    the best earlier round less that round's 95% half-width (None: no round in one of the two parts)."""
+    the best earlier round on the same game less that round's 95% half-width (None: no round in one of the two
+    parts)."""
+    rows = final_game(rows)
     cut = minutes * 2.0 / 3.0
     earlier = [r for r in rows if r["minutes"] < cut and r.get("win_rate_scripted") is not None]
     last = [r for r in rows if r["minutes"] >= cut and r.get("win_rate_scripted") is not None]

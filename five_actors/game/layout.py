@@ -191,7 +191,9 @@ class BatchEnv(Protocol):
 
 def project_obs(obs: np.ndarray, source: ObsSpec, target: ObsSpec) -> np.ndarray:
     """Observations `[..., source.size]` in `target`'s layout, by feature name; features `source` lacks are 0
-    (how a model reads another game version's observations: after add-observation, or in an annealed-in game)."""
+    (how a model reads another game version's observations: after add-observation, or in an annealed-in game), and so
+    are the slots after the source's in a block that has more of them in `target` (absent entities: after
+    game-size)."""
     index = np.full(target.size, -1, dtype=np.int64)
     at = 0
     for block in target.blocks:
@@ -199,12 +201,12 @@ def project_obs(obs: np.ndarray, source: ObsSpec, target: ObsSpec) -> np.ndarray
             have = source.block(block.name)
         except KeyError:
             raise GameError(f"the source layout has no entity block {block.name!r}") from None
-        if have.slots != block.slots:
+        if have.slots > block.slots:
             raise GameError(
-                f"block {block.name!r} has {have.slots} slots in the source layout, {block.slots} in the target"
+                f"block {block.name!r} has {have.slots} slots in the source layout, only {block.slots} in the target"
             )
         start = source.offset(block.name)
-        for slot in range(block.slots):
+        for slot in range(have.slots):
             for f, feature in enumerate(block.features):
                 if feature in have.features:
                     index[at + slot * block.width + f] = start + slot * have.width + have.features.index(feature)
@@ -214,9 +216,33 @@ def project_obs(obs: np.ndarray, source: ObsSpec, target: ObsSpec) -> np.ndarray
     return out
 
 
-def project_masks(masks: Mapping[str, np.ndarray], source: ActionSpec, target: ActionSpec) -> dict[str, np.ndarray]:
-    """Masks in `target`'s action layout, by type name; types `source` lacks are masked off."""
-    if [(h.name, h.size) for h in source.heads] != [(h.name, h.size) for h in target.heads]:
+def slot_positions(source: ObsSpec, target: ObsSpec, blocks: tuple[str, ...]) -> np.ndarray:
+    """Where each choice of a pointer head over `blocks` in `source`'s layout lies among its choices in `target`'s
+    (a block's slots keep their order; `target` may have more of them: project_obs)."""
+    positions: list[int] = []
+    at = 0
+    for name in blocks:
+        have, slots = source.block(name).slots, target.block(name).slots
+        if have > slots:
+            raise GameError(f"block {name!r} has {have} slots in the source layout, only {slots} in the target")
+        positions.extend(range(at, at + have))
+        at += slots
+    return np.array(positions, dtype=np.int64)
+
+
+def project_masks(
+    masks: Mapping[str, np.ndarray],
+    source: ActionSpec,
+    target: ActionSpec,
+    obs: tuple[ObsSpec, ObsSpec] | None = None,
+) -> dict[str, np.ndarray]:
+    """Masks in `target`'s action layout, by type name; types `source` lacks are masked off. With the two observation
+    layouts `obs` (source's, target's), a pointer head may have more choices in `target` (more slots): the new ones
+    are masked off. Without, every head must keep its size: actions chosen in the source layout would point
+    elsewhere in the target's."""
+    grows = {t.name: t for s, t in zip(source.heads, target.heads, strict=False) if s.size != t.size}
+    same = [(h.name, h.pointer_blocks) for h in source.heads] == [(h.name, h.pointer_blocks) for h in target.heads]
+    if not same or (grows and (obs is None or not all(h.pointer_blocks for h in grows.values()))):
         raise GameError("the source layout's action heads differ from the target's")
     index = np.array([source.types.index(t) if t in source.types else -1 for t in target.types])
     known = index >= 0
@@ -227,4 +253,8 @@ def project_masks(masks: Mapping[str, np.ndarray], source: ActionSpec, target: A
         shape = [1] * mask.ndim
         shape[axis] = len(index)
         out[name] = picked & known.reshape(shape)
+        if name in grows and obs is not None:
+            grown = np.zeros((*out[name].shape[:-1], grows[name].size), dtype=bool)
+            grown[..., slot_positions(*obs, grows[name].pointer_blocks)] = out[name]
+            out[name] = grown
     return out

@@ -15,6 +15,9 @@ The `target` pointer head indexes self, allies, enemies, creeps, structures in t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from five_actors.errors import GameError
 from five_actors.game.config import GameConfig
 from five_actors.game.layout import ActionHead, ActionSpec, EntityBlock, ObsSpec
 from five_actors.game.state import DIRECTIONS
@@ -112,3 +115,21 @@ def action_spec(version: int = 1, cfg: GameConfig | None = None) -> ActionSpec:
     heads = (ActionHead("move", DIRECTIONS), ActionHead("target", target_slots(cfg), POINTER_BLOCKS))
     uses = tuple((name == "move", name == "attack" or name.startswith("ability_")) for name in types)
     return ActionSpec(types, heads, uses)
+
+
+def sized_config(obs: ObsSpec, base: GameConfig) -> GameConfig:
+    """`base` with the game version, heroes a side, lanes and creep slots of the game whose observations have `obs`'s
+    layout (towers per lane stay `base`'s): the game a model plays after a game-size or game-version surgery.
+    GameError where no lane game has that layout."""
+    try:
+        allies, enemies = obs.block("allies").slots, obs.block("enemies").slots
+        structures, creeps = obs.block("structures").slots, obs.block("creeps").slots
+    except KeyError as exc:
+        raise GameError(f"not a lane-game layout: {exc}") from None
+    lanes, rest = divmod(structures - 2, 2 * base.towers_per_lane)
+    if enemies != allies + 1 or rest or not 1 <= lanes <= 3:
+        raise GameError(
+            f"no lane game with {base.towers_per_lane} towers a lane has {allies} allies, {enemies} enemies and "
+            f"{structures} structures in sight"
+        )
+    return replace(base, version=obs.version, heroes_per_side=enemies, lanes=lanes, creep_slots=creeps)

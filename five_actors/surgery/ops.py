@@ -12,6 +12,7 @@ that feed old units are zero, so every old output is computed exactly as before:
     widen-layer NAME SIZE                     the same for entity_hidden, entity_embed, core_input
     add-action NAME [HEAD ...]                a new action type, masked until annealed in
     game-version V                            add-observation and add-action up to game version V
+    game-size HEROES LANES [TOWERS_PER_LANE]  more hero and structure slots (no parameter changes)
 
 Adam's moments are carried for old entries and start at zero for new ones (state.Edit.grow).
 Removing or shrinking anything is refused: the paper kept deprecated inputs as constants.
@@ -26,6 +27,7 @@ import torch
 from torch import Tensor
 
 from five_actors.errors import FiveActorsError, SurgeryRejected
+from five_actors.game.config import GameConfig
 from five_actors.game.layout import ActionSpec, EntityBlock, ObsSpec
 from five_actors.model.policy import Policy, State
 from five_actors.model.spec import ModelSpec
@@ -449,6 +451,51 @@ def _game_version(edit: Edit, args: Sequence[str], rng: torch.Generator) -> None
     game_version(edit, version)
 
 
+def game_size(edit: Edit, heroes: int, lanes: int, towers_per_lane: int) -> None:
+    """Carry a lane-game model to a game of `heroes` a side on `lanes` lanes: more ally, enemy and structure slots.
+    No parameter changes: every weight is shared over a block's slots (the encoders, the max-pool, the pointer
+    head's keys), and the new slots read as absent in the old game (project_obs), so the model acts there as
+    before. Slots are added at each block's end; the lanes' structures change meaning, which no old game shows."""
+    from five_actors.game.spec import sized_config
+
+    if not _lane_layout(edit.spec):
+        raise SurgeryRejected("game-size needs a model of the lane game")
+    obs = edit.spec.obs
+    try:
+        old = sized_config(obs, GameConfig(towers_per_lane=towers_per_lane))
+        new = replace(old, heroes_per_side=heroes, lanes=lanes)
+    except (FiveActorsError, ValueError) as exc:  # no lane game has the layout, or GameConfig refuses the size
+        raise SurgeryRejected(str(exc)) from None
+    now = f"{old.heroes_per_side} heroes a side on {old.lanes} lane(s)"
+    if heroes < old.heroes_per_side or lanes < old.lanes:
+        raise SurgeryRejected(f"the model plays {now}, not {heroes} on {lanes}: {REMOVAL}")
+    if (heroes, lanes) == (old.heroes_per_side, old.lanes):
+        raise SurgeryRejected(f"the model already plays {now}")
+    slots = {
+        "allies": heroes - 1,
+        "enemies": heroes,
+        "structures": 2 * new.structures_per_side,
+    }
+    blocks = tuple(replace(b, slots=slots.get(b.name, b.slots)) for b in obs.blocks)
+    grown = ObsSpec(blocks, obs.version)
+    heads = tuple(
+        replace(h, size=sum(grown.block(b).slots for b in h.pointer_blocks)) if h.pointer_blocks else h
+        for h in edit.spec.actions.heads
+    )
+    edit.spec = replace(edit.spec, obs=grown, actions=replace(edit.spec.actions, heads=heads))
+
+
+@operation("game-size", "HEROES LANES [TOWERS_PER_LANE]")
+def _game_size(edit: Edit, args: Sequence[str], rng: torch.Generator) -> None:
+    if len(args) not in (2, 3):
+        raise SurgeryRejected(
+            "expected HEROES LANES [TOWERS_PER_LANE] (heroes a side, lanes, and the run's game.towers_per_lane: "
+            f"{GameConfig.towers_per_lane} unless given)"
+        )
+    heroes, lanes, *towers = (_size(a) for a in args)
+    game_size(edit, heroes, lanes, towers[0] if towers else GameConfig.towers_per_lane)
+
+
 def _single(args: Sequence[str], usage: str) -> str:
     if len(args) != 1:
         raise SurgeryRejected(f"expected {usage}, got {len(args)} arguments")
@@ -480,9 +527,15 @@ def describe(old: ModelState, new: ModelState) -> dict[str, object]:
         for b in new.spec.obs.blocks
         if b.features != old.spec.obs.block(b.name).features
     }
+    slots = {
+        b.name: [old.spec.obs.block(b.name).slots, b.slots]
+        for b in new.spec.obs.blocks
+        if b.slots != old.spec.obs.block(b.name).slots
+    }
     return {
         "architecture": {"from": old.spec.hash, "to": new.spec.hash},
         "game_version": {"from": old.spec.obs.version, "to": new.spec.obs.version},
+        "slots": slots,
         "widths": widths,
         "features_added": features,
         "action_types_added": [t for t in new.spec.actions.types if t not in old.spec.actions.types],

@@ -6,7 +6,9 @@ so a widened LSTM's new units really do evolve and must still not leak into old 
 Each model reads the probes in its own layout, projected by feature and action-type name:
 the old model reads the v1 features of a v2 observation, a new feature the probes lack is 0,
 and an action type the old model does not know is masked off for the new one (the
-"preserving while masked" promise of add-action).
+"preserving while masked" promise of add-action). After game-size the probes come from the
+smaller game: the new slots read as absent and are masked off, and a pointer head's choices are
+compared slot by slot where each now lies.
 
 Compared at every step: every head's masked action probabilities (the type head, and each
 secondary head under every action type's mask) and the value head's output. A preserving
@@ -28,7 +30,8 @@ from torch import Tensor
 
 from five_actors.errors import GameError, SurgeryRejected
 from five_actors.game.config import HERO_TYPE_NAMES, GameConfig
-from five_actors.game.layout import ActionSpec, BatchEnv, ObsSpec, project_masks, project_obs
+from five_actors.game.layout import ActionSpec, BatchEnv, ObsSpec, project_masks, project_obs, slot_positions
+from five_actors.game.spec import sized_config
 from five_actors.model.policy import MASKED_LOGIT, Policy, State
 from five_actors.model.spec import ModelSpec
 from five_actors.surgery.ops import SurgeryOp, apply
@@ -98,21 +101,15 @@ def probe_config(spec: ModelSpec, base: GameConfig | None = None, version: int |
     try:
         heroes = [f.removeprefix("type_") for f in spec.obs.block("self").features if f.startswith("type_")]
         config = dataclasses.replace(
-            base,
+            sized_config(spec.obs, base),
             version=spec.obs.version if version is None else version,
             hero_types=tuple(h for h in heroes if h in HERO_TYPE_NAMES) or base.hero_types,
-            heroes_per_side=spec.obs.block("allies").slots + 1,
-            creep_slots=spec.obs.block("creeps").slots,
         )
-        structures = spec.obs.block("structures").slots
-    except (KeyError, ValueError) as exc:
-        raise SurgeryRejected(f"cannot record probes: the model's layout is not the lane game's ({exc})") from None
-    if 2 * config.structures_per_side != structures:
+    except (KeyError, ValueError, GameError) as exc:
         raise SurgeryRejected(
-            f"cannot record probes: the model sees {structures} structures, the game config "
-            f"{2 * config.structures_per_side}; "
-            "pass the run's config (lanes, towers_per_lane)"
-        )
+            f"cannot record probes: the model's layout is not the lane game's ({exc}); pass the run's config "
+            "(towers_per_lane)"
+        ) from None
     return config
 
 
@@ -215,13 +212,24 @@ def _compare(old: ModelState, new: ModelState, probes: Probes) -> Verification:
         policy = state.build_policy()
         obs = torch.as_tensor(project_obs(probes.obs, probes.obs_spec, state.spec.obs))
         models.append((policy, obs))
-    # Both read the masks in the old layout: types the old model lacks are masked off for the new one.
+    # Both read the masks in the old layout: types the old model lacks are masked off for the new one, and so are
+    # the slots it lacks (game-size).
     old_masks = project_masks(probes.masks, probes.action_spec, old.spec.actions)
+    layouts = (old.spec.obs, new.spec.obs)
     masks = [
         {k: torch.as_tensor(v) for k, v in old_masks.items()},
-        {k: torch.as_tensor(v) for k, v in project_masks(old_masks, old.spec.actions, new.spec.actions).items()},
+        {
+            k: torch.as_tensor(v)
+            for k, v in project_masks(old_masks, old.spec.actions, new.spec.actions, layouts).items()
+        },
     ]
     old_types = torch.tensor([new.spec.actions.types.index(t) for t in old.spec.actions.types])
+    # Where each old choice of a pointer head lies among the new one's (the same place unless slots were added).
+    choices = {
+        h.name: torch.as_tensor(slot_positions(*layouts, h.pointer_blocks))
+        for h in old.spec.actions.heads
+        if h.pointer_blocks
+    }
     states = [p.initial_state(probes.rows) for p, _ in models]
     diffs: dict[str, float] = {}
     value_diff = 0.0
@@ -238,14 +246,25 @@ def _compare(old: ModelState, new: ModelState, probes: Probes) -> Verification:
         (old_probs, old_value), (new_probs, new_value) = outputs
         for name, p in old_probs.items():
             q = new_probs[name]
-            gap = (q - p if name == GAUSSIAN else q[:, old_types] - p).abs().flatten()
-            if name == "type":  # types the old model lacks are masked: their probability must be 0
-                added = torch.ones(q.shape[-1], dtype=torch.bool)
-                added[old_types] = False
-                gap = torch.cat([gap, q[:, added].abs().flatten()])
+            kept = q if name == GAUSSIAN else q[:, old_types]
+            if name in choices:
+                kept = kept[..., choices[name]]
+            gap = (kept - p).abs().flatten()
+            # Types and slots the old model lacks are masked off for the new one: their probability must be 0.
+            if name == "type":
+                gap = torch.cat([gap, _others(q, old_types).abs().flatten()])
+            elif name in choices:
+                gap = torch.cat([gap, _others(q[:, old_types], choices[name]).abs().flatten()])
             diffs[name] = _worse(diffs.get(name, 0.0), gap)
         value_diff = _worse(value_diff, (new_value - old_value).abs())
     return Verification(_worse(0.0, torch.tensor(list(diffs.values()))), diffs, value_diff, probes.steps, probes.rows)
+
+
+def _others(probs: Tensor, kept: Tensor) -> Tensor:
+    """The probabilities of the choices (last axis) not among `kept`."""
+    added = torch.ones(probs.shape[-1], dtype=torch.bool)
+    added[kept] = False
+    return probs[..., added]
 
 
 def _worse(so_far: float, gaps: Tensor) -> float:

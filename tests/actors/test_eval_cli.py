@@ -16,6 +16,8 @@ from five_actors.cli import main
 from five_actors.config import load_config, write_run_config
 from five_actors.game.replay import load_replay
 from five_actors.model.checkpoint import save_checkpoint
+from five_actors.surgery.ops import apply, parse_ops
+from five_actors.surgery.state import ModelState
 from tests.actors.support import TINY_GAME
 
 
@@ -96,3 +98,23 @@ def test_a_corrupt_or_missing_checkpoint_and_an_unknown_reference_are_refused(
         assert main(["eval", *args, "--games", "1"]) == 2, args
         captured = capsys.readouterr()
         assert captured.out == "" and message in captured.err, (args, captured.err)
+
+
+def test_a_checkpoint_grown_by_game_size_plays_its_own_game_not_the_run_configs(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A curriculum run's config.json keeps the game it started on; its checkpoints after the growth are played on the
+    game their layout reads."""
+    grown_dir = tmp_path / "grown"
+    config = load_config("smoke", TINY_GAME)
+    write_run_config(config, grown_dir)
+    small = ModelState.of(initial_policy(model_spec(config), 3))
+    grown = apply(parse_ops("game-size 3 2".split()), small)
+    path = CheckpointStore(grown_dir / "checkpoints").path(9)
+    save_checkpoint(path, grown.build_policy(), None, {"version": 9})
+    replay = tmp_path / "grown.replay"
+    assert main(["eval", str(grown_dir), "--vs", "scripted", "--games", "2", "--replay", str(replay)]) == 0
+    report = orjson.loads(capsys.readouterr().out)
+    assert report["version"] == 9 and report["games"] == 2
+    meta = load_replay(replay).meta
+    assert (meta["heroes_per_side"], len(meta["lanes"])) == (3, 2)  # lanes: each lane's waypoints

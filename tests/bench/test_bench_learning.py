@@ -33,6 +33,17 @@ def test_the_last_third_holds_within_the_best_earlier_rounds_interval() -> None:
     assert holds(earlier, 90) is None, "no round in the last third: unknown"
 
 
+def test_a_curriculums_rounds_on_its_smaller_game_do_not_meet_the_bars() -> None:
+    small = [
+        {**row(5, 0.9, random=1.0), "heroes_per_side": 2, "lanes": 1},
+        {**row(25, 1.0), "heroes_per_side": 2, "lanes": 1},
+    ]
+    full = [{**row(m, w), "heroes_per_side": 5, "lanes": 3} for m, w in ((35, 0.3), (50, 0.55), (70, 0.6))]
+    assert bars_met([*small, *full]) == {"random_0.9": None, "scripted_0.5": 50, "scripted_0.8": None}
+    assert holds([*small, *full], 90) is True, "the 2v2 round's 1.00 before minute 60 sets no floor for 5v5"
+    assert holds([*full[:2], {**full[2], "win_rate_scripted": 0.4}], 90) is False
+
+
 @pytest.mark.timeout(600)
 def test_a_smoke_run_reports_rounds_bars_and_a_plot(tmp_path: Path) -> None:
     args = ["bench", "learning", "--config", "smoke", "--minutes", "0.5", "--seeds", "1", "--first-seed", "3"]
@@ -41,6 +52,7 @@ def test_a_smoke_run_reports_rounds_bars_and_a_plot(tmp_path: Path) -> None:
     assert seed["seed"] == 3 and set(seed["bars"]) == {"random_0.9", "scripted_0.5", "scripted_0.8"}
     rounds = seed["rounds"]
     assert rounds and all(0.0 <= r["win_rate_random"] <= 1.0 and isinstance(r["trueskill"], float) for r in rounds)
+    assert {(r["heroes_per_side"], r["lanes"]) for r in rounds} == {(2, 1)}, "the smoke config's game"
     assert json.loads((tmp_path / "seed-3" / "config.json").read_text())["training"]["seed"] == 3
     assert Path(result["plot"]).read_bytes().startswith(b"\x89PNG") and "seed 3" in Path(result["page"]).read_text()
     assert "seed 3: " in stderr, "progress while it trains"

@@ -5,7 +5,7 @@ shrink) changes nothing; widen-lstm through HTTP and add-observation through the
 the architecture everywhere, and training goes on (versions advance, chunks of the new arch
 are trained on, no actor crashes); the game switches at chunk boundaries and every chunk it
 made is accounted for; a game-version surgery's new version and action come into use in a
-growing share of games.
+growing share of games; a game-size surgery restarts the games at the larger size.
 """
 
 from __future__ import annotations
@@ -189,6 +189,32 @@ def test_game_version_and_its_new_action_are_annealed_in(run: Run) -> None:
     assert metric(run.url, "/root/params", "anneal_share_recall") == 1.0
     wait_until(lambda: metric(run.url, GAME, "game_annealed_taken_recall"), timeout=60, what="recall played once legal")
     assert not log_events(run.run_dir, "actor_crashed")
+
+
+def test_game_size_restarts_the_games_larger_and_the_eval_plays_the_larger_game(run: Run) -> None:
+    """The curriculum's step on a live run: the smoke config's 2v2 one-lane game grows to 3 heroes a side on two
+    lanes; the game actor plays it from its next chunk boundary, the eval's rounds say which game they played, the
+    learner converts the chunks of the small game, and training goes on."""
+    switches = metric(run.url, GAME, "game_arch_switches")
+    status, report = post(f"{run.url}/surgery", {"ops": ["game-size", "3", "2"], "probe_steps": 32}, run.token)
+    assert status == 200, report
+    assert report["changes"]["slots"] == {"allies": [1, 2], "enemies": [2, 3], "structures": [6, 10]}
+    assert report["changes"]["parameters"]["from"] == report["changes"]["parameters"]["to"]
+    wait_until(lambda: metric(run.url, GAME, "game_arch_switches") == switches + 1, timeout=120, what="the switch")
+    assert (metric(run.url, GAME, "game_heroes_per_side"), metric(run.url, GAME, "game_lanes")) == (3, 2)
+    wait_until(lambda: run.version() >= report["version_to"] + 2, timeout=120, what="versions after the growth")
+    wait_until(
+        lambda: any(e.get("heroes_per_side") == 3 for e in log_events(run.run_dir, "eval_result")),
+        timeout=180,
+        what="an eval round on the larger game",
+    )
+    larger = [e for e in log_events(run.run_dir, "eval_result") if e.get("heroes_per_side") == 3]
+    assert {e["lanes"] for e in larger} == {2} and {e["opponent"] for e in larger} >= {"random", "scripted"}
+    refused = [e["reason"] for e in log_events(run.run_dir, "rollout_refused") if "converted" in e.get("reason", "")]
+    assert not refused, refused  # the small game's chunks read in the larger layout, targets moved with their slots
+    assert not log_events(run.run_dir, "actor_crashed")
+    counts = settled_chunk_counts(run.url)
+    assert counts["made"] == counts["accounted"] > 0, counts
 
 
 def chunk_counts(url: str, learners: tuple[str, ...] = (LEARNER,)) -> dict[str, int]:

@@ -183,6 +183,10 @@ def test_v1_model_carried_to_v2_plays_v2_observations_like_before(trained: Model
         ("game-version 3", "unknown game version 3"),
         ("game-version 2 + game-version 1", "removal is not supported"),
         ("widen-lstm lots", "size must be an integer"),
+        ("game-size 3 3", "plays 5 heroes a side on 3 lane.*removal is not supported"),
+        ("game-size 5 3", "already plays 5 heroes a side on 3 lane"),
+        ("game-size 6 4", "game.lanes must be 1, 2 or 3, got 4"),
+        ("game-size 6", "expected HEROES LANES"),
     ],
 )
 def test_refused_surgery_says_why_and_changes_nothing(surgery: str, reason: str, trained: ModelState) -> None:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from five_actors.actors.messages import (
     EvalRating,
@@ -19,9 +22,11 @@ from five_actors.actors.messages import (
 )
 from five_actors.actors.param_server import ParamServerActor
 from five_actors.actors.params import initial_policy, state_arrays
-from five_actors.config import load_config
+from five_actors.config import Config, load_config
 from five_actors.errors import RemoteError
-from five_actors.runtime.actor import Actor, ActorSystem
+from five_actors.game.spec import sized_config
+from five_actors.model.spec import ModelSpec
+from five_actors.runtime.actor import Actor, ActorRef, ActorSystem
 
 
 class Listener(Actor):
@@ -36,16 +41,22 @@ class Listener(Actor):
         self.shares.append(dict(msg.anneal))
 
 
-async def test_a_live_widen_lstm_operates_latest_and_pool_and_announces_the_new_arch(
-    system: ActorSystem, tmp_path: Path
-) -> None:
-    config = load_config("smoke")
-    server = ParamServerActor(config=config, run_dir=str(tmp_path))
+async def listened(system: ActorSystem, config: Config, run_dir: Path) -> tuple[ParamServerActor, ActorRef, Listener]:
+    """A started ParamServer of `config` with a Listener subscribed to it."""
+    server = ParamServerActor(config=config, run_dir=str(run_dir))
     ref = system.spawn(server, "/params")
     assert await system.wait_started(ref) is None
     listener = Listener()
     system.spawn(listener, "/listener")
     await ref.tell(Subscribe(f"{system.node_id}/listener"))
+    return server, ref, listener
+
+
+async def test_a_live_widen_lstm_operates_latest_and_pool_and_announces_the_new_arch(
+    system: ActorSystem, tmp_path: Path
+) -> None:
+    config = load_config("smoke")
+    server, ref, listener = await listened(system, config, tmp_path)
     base = state_arrays(initial_policy(server.spec, 1))
     for version in (1, 2):  # version 2 joins the pool (pool_add_every = 2)
         await ref.tell(PublishParams(version, server.arch, server.spec.to_dict(), base, learner_steps=version))
@@ -255,3 +266,42 @@ async def test_surgery_sizes_are_bounded_and_a_refusal_frees_the_surgery(system:
         await ref.ask(Surgery(["widen-lstm", "48"], probe_steps=10**9), timeout=60)
     dry = await ref.ask(Surgery(["widen-lstm", "48"], dry_run=True, probe_steps=16), timeout=120)
     assert dry["changes"]["widths"]["lstm_size"] == [32, 48] and system.is_alive("/params")
+
+
+async def test_a_scheduled_surgery_grows_the_game_at_its_version_and_a_refused_one_is_logged(
+    system: ActorSystem, tmp_path: Path
+) -> None:
+    """The curriculum: a run started on the smoke config's 2v2 one-lane game is carried to 3 heroes a side on two lanes
+    by the ParamServer itself when the latest version reaches 3; the next entry asks for what the model already has,
+    is refused with the reason, and training goes on."""
+    config = load_config("smoke", ['training.surgery_schedule={3 = "game-size 3 2", 6 = "game-size 3 2"}'])
+    server, ref, listener = await listened(system, config, tmp_path)
+    base = state_arrays(initial_policy(server.spec, 1))
+    small_arch = server.arch
+    with capture_logs() as logs:
+        for version in (1, 2):
+            await ref.tell(PublishParams(version, small_arch, server.spec.to_dict(), base, learner_steps=version))
+        assert (await ref.ask(GetStats()))["surgeries"] == 0
+        await ref.tell(PublishParams(3, small_arch, server.spec.to_dict(), base, learner_steps=3))
+        await wait_for(lambda: server.surgeries == 1 and server._surgery is None)
+        latest = await ref.ask(GetParams(-1))
+        assert latest.version == 4 and latest.arch != small_arch
+        spec = ModelSpec.from_dict(latest.spec)
+        assert sized_config(spec.obs, config.game) == dataclasses.replace(config.game, heroes_per_side=3, lanes=2)
+        assert listener.seen[-1] == (4, latest.arch)
+        for version in (5, 6):
+            await ref.tell(PublishParams(version, latest.arch, latest.spec, dict(latest.state), learner_steps=version))
+        await wait_for(lambda: any(e["event"] == "surgery_rejected" for e in logs) and server._surgery is None)
+    assert [e["at_version"] for e in logs if e["event"] == "surgery_scheduled"] == [3, 6]
+    refused = next(e for e in logs if e["event"] == "surgery_rejected")
+    assert "already plays 3 heroes a side on 2 lane(s)" in refused["reason"]
+    stats = await ref.ask(GetStats())
+    assert stats["version"] == 6 and stats["surgeries"] == 1 and system.is_alive("/params")
+
+
+async def wait_for(condition: Callable[[], bool], timeout: float = 120.0) -> None:
+    """Poll `condition` until it holds (AssertionError after `timeout` seconds)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.05)

@@ -35,7 +35,7 @@ from five_actors.game.layout import project_masks, project_obs
 from five_actors.game.match import Bot
 from five_actors.game.spec import action_spec, obs_spec, sized_config
 from five_actors.model.checkpoint import load_into, read_checkpoint
-from five_actors.model.policy import Policy
+from five_actors.model.policy import Policy, blank_policy
 
 PLAYER = "checkpoint"
 """The evaluated checkpoint's name in the ratings."""
@@ -76,7 +76,7 @@ def load_checkpoint(target: Path, device: str) -> Loaded:
     """Read a checkpoint (file or run directory) into a policy in eval mode on `device`."""
     path, run_dir = checkpoint_file(target)
     checkpoint = read_checkpoint(path)
-    policy = Policy(checkpoint.spec)
+    policy = blank_policy(checkpoint.spec)
     load_into(checkpoint, policy)
     return Loaded(path, run_dir, checkpoint.counters.get("version"), policy.to(device).eval())
 

@@ -41,7 +41,7 @@ from five_actors.actors.params import load_state
 from five_actors.actors.subscription import resolve_once
 from five_actors.config import Config
 from five_actors.errors import ArchMismatch, FiveActorsError, ModelError, VersionUnavailable
-from five_actors.model.policy import Policy
+from five_actors.model.policy import Policy, blank_policy
 from five_actors.model.spec import ModelSpec
 from five_actors.runtime.actor import Actor
 
@@ -68,7 +68,7 @@ def policy_from_params(params: Params, device: str, precision: str = "fp32") -> 
         raise ModelError(
             f"params version {params.version} claim arch {params.arch} but their spec hashes to {spec.hash}"
         )
-    policy = Policy(spec, precision)
+    policy = blank_policy(spec, precision)
     load_state(policy, dict(params.state))
     return policy.to(device).eval()
 

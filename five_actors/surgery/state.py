@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from five_actors.errors import SurgeryRejected
-from five_actors.model.policy import Policy
+from five_actors.model.policy import Policy, blank_policy
 from five_actors.model.spec import ModelSpec
 
 Positions = Sequence[Tensor | None]
@@ -56,7 +56,7 @@ class ModelState:
 
     def build_policy(self, device: str | torch.device = "cpu") -> Policy:
         """A Policy of this spec holding these parameters (loaded strictly)."""
-        policy = Policy(self.spec).to(device)
+        policy = blank_policy(self.spec).to(device)
         policy.load_state_dict(dict(self.params), strict=True)
         return policy
 

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 import torch
 
+from five_actors.actors.params import load_state
 from five_actors.errors import ModelError
 from five_actors.game.layout import decode_continuous
 from five_actors.model.normalizer import RunningNorm
-from five_actors.model.policy import Policy
+from five_actors.model.policy import Policy, blank_policy
 from five_actors.model.spec import ModelSpec
 from tests.model.conftest import make_spec, random_inputs
 
@@ -156,6 +157,23 @@ def test_bfloat16_acts_like_fp32_and_learns_into_fp32_weights(spec: ModelSpec) -
     assert all(p.dtype == torch.float32 for p in low.parameters())
     assert all(torch.isfinite(p.grad).all() for p in low.parameters() if p.grad is not None)
     assert low.encoders["self"][0].weight.grad is not None
+
+
+def test_a_blank_policy_loaded_with_a_state_acts_exactly_like_its_source(policy: Policy, spec: ModelSpec) -> None:
+    """What the inference actor and the EvalActor build for every version: no weights drawn (the random stream is
+    untouched, where a drawn policy moves it), and once loaded, the source's actions, log-probs, values and state."""
+    before = torch.random.get_rng_state()
+    blank = blank_policy(spec)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    Policy(spec)
+    assert not torch.equal(torch.random.get_rng_state(), before)
+    load_state(blank, {name: tensor.numpy() for name, tensor in policy.state_dict().items()})
+    obs, masks = random_inputs(spec, 32, np.random.default_rng(5))
+    state = policy.initial_state(32)
+    a, b = policy.act(obs, masks, state, deterministic=True), blank.act(obs, masks, state, deterministic=True)
+    assert torch.equal(a.actions, b.actions)
+    for x, y in [(a.logp, b.logp), (a.value, b.value), (a.state[0], b.state[0]), (a.state[1], b.state[1])]:
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
 
 
 def test_a_done_inside_a_chunk_resets_the_state(policy: Policy, spec: ModelSpec) -> None:

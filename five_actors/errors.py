@@ -16,7 +16,8 @@
     │   └── ArchMismatch            a request for another architecture than the model held
     ├── CheckpointError             a truncated, corrupt or mismatched checkpoint
     ├── TrainingError               parameters or rollout chunks the training actors refuse
-    │   └── VersionUnavailable      a parameter version that cannot be served or played
+    │   ├── VersionUnavailable      a parameter version that cannot be served or played
+    │   └── StateUnavailable        a game actor's held LSTM state that the inference actor does not have
     ├── LogsError                   a run's logs that cannot be found or read
     └── SurgeryRejected             a surgery that would change behaviour or is not supported
 
@@ -103,6 +104,11 @@ class TrainingError(FiveActorsError):
 
 class VersionUnavailable(TrainingError):
     """A parameter version that is unknown, no longer kept, or of another architecture than the one playing."""
+
+
+class StateUnavailable(TrainingError):
+    """An InferRequest that takes its rows' held LSTM state where the inference actor holds none for that step (it
+    restarted, or another inference actor served the step before)."""
 
 
 class LogsError(FiveActorsError):

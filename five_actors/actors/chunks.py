@@ -18,8 +18,9 @@ class StepRecord:
 
     obs: np.ndarray
     masks: dict[str, np.ndarray]
-    h: np.ndarray
-    c: np.ndarray
+    state: tuple[np.ndarray, np.ndarray] | None
+    """The rows' LSTM state (h, c) before this step, where the step begins a chunk (else None: the inference actor
+    held it)."""
     actions: np.ndarray
     logp: np.ndarray
     values: np.ndarray
@@ -56,6 +57,7 @@ def build_rollout(
     last_value = torch.from_numpy(np.asarray(bootstrap.values[rows]))
     advantages, returns = gae(rewards, values, dones, last_value, gamma, lam)
     first = chunk[0]
+    assert first.state is not None, "a chunk's first step records the rows' LSTM state"
     return Rollout(
         source=source,
         arch=arch,
@@ -70,8 +72,8 @@ def build_rollout(
         starts=pick("starts"),
         advantages=advantages[:steps].numpy().astype(np.float32),
         returns=returns[:steps].numpy().astype(np.float32),
-        h=first.h[rows].astype(np.float32),
-        c=first.c[rows].astype(np.float32),
+        h=first.state[0][rows].astype(np.float32),
+        c=first.state[1][rows].astype(np.float32),
         made_at=time.time(),
     )
 

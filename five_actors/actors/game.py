@@ -11,7 +11,11 @@ plays at once), so a batch holds few past versions and the inference actor runs 
 them; each game still meets version i with the pool's probability. The past version's side alternates
 from one such game to the next in each game slot (slots start on alternate sides), so the learning
 policy meets past opponents from both sides of the map. Each step sends every
-row's observation, masks and LSTM state in one InferRequest and applies the reply.
+row's observation and masks in one InferRequest and applies the reply. The inference actor holds
+the rows' LSTM state between steps; this actor gives it at each chunk's first step (it asks for it
+in the reply of the step before), which the chunk ships as its initial state. Should the inference
+actor not hold it (it restarted, or another one took over), every row goes on from a zero state,
+marked as an episode start (`state_resets`).
 
 Rows played by the latest policy are learned from: once a chunk of `rollout_chunk_steps` steps
 has `gae_window` more steps after it (plus one for the bootstrap value), GAE runs over chunk
@@ -58,7 +62,7 @@ import structlog
 
 from five_actors.actors.chunks import StepRecord, build_rollout, chunk_rewards
 from five_actors.actors.config import run_settings
-from five_actors.actors.inference import LATEST
+from five_actors.actors.inference import LATEST, State
 from five_actors.actors.ledger import ChunkLedger
 from five_actors.actors.messages import (
     ChunkFates,
@@ -82,6 +86,7 @@ from five_actors.errors import (
     FiveActorsError,
     ModelError,
     RemoteError,
+    StateUnavailable,
     VersionUnavailable,
 )
 from five_actors.game.env import LaneGame
@@ -133,6 +138,8 @@ class GameActor(Actor):
         self.chunks_partial = 0
         self.lost_steps = 0
         self.infer_refused = 0
+        self.state_resets = 0
+        """Steps from which every row went on from a zero LSTM state, the inference actor holding none for them."""
         self.arch_switches = 0
         self.steps_dropped_arch = 0
         self.games_finished = 0
@@ -203,36 +210,42 @@ class GameActor(Actor):
         # off the event loop, as links need their heartbeats meanwhile. Later steps take about a
         # millisecond, less than a thread hand-off costs on a busy machine.
         obs, masks = await asyncio.to_thread(self.game.reset, self.seed)
-        rows, lstm = self.game.num_rows, self.spec.lstm_size
-        h = np.zeros((rows, lstm), np.float32)
-        c = np.zeros((rows, lstm), np.float32)
-        starts = np.ones(rows, np.bool_)
+        # The rows' LSTM state before the next step where this actor knows it (else the inference actor holds it).
+        state: State | None = self._zero_state()
+        starts = np.ones(self.game.num_rows, np.bool_)
         for g in range(self.game.num_games):
             await self._pick_opponent(g)
+        chunk_steps = self.training.rollout_chunk_steps
         while True:
-            if self.announced_arch is not None and self._at_chunk_boundary():
+            if self.announced_arch is not None and self._at_chunk_boundary() and state is not None:
                 self.announced_arch = None
                 spec = await self._latest_spec()
                 if spec is not None and spec.hash != self.arch:
-                    obs, masks, h, c, starts = await self._switch_arch(spec, obs, masks, h, c, starts)
+                    obs, masks, state, starts = await self._switch_arch(spec, obs, masks, state, starts)
             latest = self._row_versions() == LATEST
             model_obs, model_masks = self._model_inputs(obs, masks)
+            # The state is needed where the next step begins a chunk, and for a surgery's hand-over.
+            want_state = (len(self.buffer) + 1) % chunk_steps == 0 or self.announced_arch is not None
             try:
-                reply = await self._infer(model_obs, model_masks, h, c)
+                reply = await self._infer(model_obs, model_masks, state, starts, want_state)
             except _ArchChanged as change:
-                obs, masks, h, c, starts = await self._switch_arch(change.spec, obs, masks, h, c, starts)
+                obs, masks, state, starts = await self._switch_arch(change.spec, obs, masks, state, starts)
+                continue
+            except _StateLost:
+                state, starts = self._zero_state(), np.ones(self.game.num_rows, np.bool_)
+                self.state_resets += 1
+                self.log.warning("lstm_state_reset", step=self.batch_steps, state_resets=self.state_resets)
                 continue
             actions = np.array(reply.actions)  # writable: a read-only array would make numba compile the kernel again
             self._count_annealed(actions)
             game = self.game  # rebuilt by a surgery to another game version
             step = await asyncio.to_thread(game.step, actions) if self.batch_steps == 0 else game.step(actions)
-            rewards = await self._bootstrapped(step, reply, model_masks)
+            rewards = await self._bootstrapped(step, model_masks)
             self.buffer.append(
                 StepRecord(
                     model_obs,
                     model_masks,
-                    h,
-                    c,
+                    state,
                     actions,
                     np.asarray(reply.logp),
                     np.asarray(reply.value),
@@ -249,7 +262,7 @@ class GameActor(Actor):
             self._add_rewards(step.infos, latest)
             self._add_returns(step)
             keep = ~step.dones[:, None]
-            h, c = np.asarray(reply.h) * keep, np.asarray(reply.c) * keep
+            state = (np.asarray(reply.h) * keep, np.asarray(reply.c) * keep) if want_state else None
             starts = step.dones
             obs, masks = step.obs, step.masks
             for g in np.flatnonzero(step.dones[:: self.per_game]).tolist():
@@ -311,7 +324,7 @@ class GameActor(Actor):
                 self.log.warning("match_result_lost", opponent=opponent, error=str(exc))
         await self._pick_opponent(game)
 
-    async def _bootstrapped(self, step: Step, reply: InferReply, masks: dict[str, np.ndarray]) -> np.ndarray:
+    async def _bootstrapped(self, step: Step, masks: dict[str, np.ndarray]) -> np.ndarray:
         """The step's rewards, plus gamma * V(last observation) on rows whose episode a time limit cut
         (five_actors.model.baseline explains why); such rows are rare, and asked for in one more request."""
         truncated = step.infos.get("truncated")
@@ -319,14 +332,14 @@ class GameActor(Actor):
         if not len(cut):
             return step.rewards
         self.episodes_truncated += len(cut)
-        h, c = np.asarray(reply.h)[cut], np.asarray(reply.c)[cut]
         final = step.infos["final_obs"][cut]
         if self.spec.obs != self.game.obs_spec:
             final = project_obs(final, self.game.obs_spec, self.spec.obs)
         try:
-            value = await self._infer(final, {k: v[cut] for k, v in masks.items()}, h, c, self._row_versions()[cut])
-        except _ArchChanged:
-            return step.rewards  # the next step switches architecture; these few rows count as ended
+            # From the state the step left these rows in, held by the inference actor, which stays where it is.
+            value = await self._infer(final, {k: v[cut] for k, v in masks.items()}, rows=cut)
+        except (_ArchChanged, _StateLost):
+            return step.rewards  # the next step switches architecture or resets the state; these rows count as ended
         rewards = step.rewards.copy()
         rewards[cut] += np.float32(self.gamma) * np.asarray(value.value, np.float32)
         return rewards
@@ -335,16 +348,35 @@ class GameActor(Actor):
         self,
         obs: np.ndarray,
         masks: dict[str, np.ndarray],
-        h: np.ndarray,
-        c: np.ndarray,
-        versions: np.ndarray | None = None,
+        state: State | None = None,
+        starts: np.ndarray | None = None,
+        want_state: bool = False,
+        rows: np.ndarray | None = None,
     ) -> InferReply:
-        """Ask for the actions of every row (or of the rows `versions` names), retrying through inference restarts
-        (each failure is a lost step)."""
+        """Ask for this step's actions of every row from `state` (None: the state the inference actor holds, zeroed
+        on the rows of `starts`), retrying through inference restarts (each failure is a lost step); with `rows`, the
+        values of those rows from the state this step left, without moving on. Raises _StateLost where the state is
+        not held."""
+        empty = np.zeros((0, self.spec.lstm_size), np.float32)
+        h, c = state if state is not None else (empty, empty)
         delay = 0.05
         while True:
             address = self.inference_addresses[self._next_inference]
-            request = InferRequest(obs, masks, h, c, self._row_versions() if versions is None else versions, self.arch)
+            versions = self._row_versions()  # a refused past version is replaced by the latest below
+            request = InferRequest(
+                obs,
+                masks,
+                h,
+                c,
+                versions if rows is None else versions[rows],
+                self.arch,
+                self.ref.address,
+                self.batch_steps,
+                starts,
+                rows,
+                advance=rows is None,
+                want_state=want_state,
+            )
             try:
                 reply = await self.system.ask(address, request, self.training.infer_timeout_s)
             except (ActorDown, AskTimeout) as exc:
@@ -357,6 +389,8 @@ class GameActor(Actor):
                     spec = await self._latest_spec()
                     if spec is not None and spec.hash != self.arch:
                         raise _ArchChanged(spec) from None
+                if exc.is_a(StateUnavailable):
+                    raise _StateLost from None
                 # A past version the inference actor cannot load: play those games against the latest.
                 if exc.is_a(VersionUnavailable) and np.any(self.opponents != LATEST):
                     self.opponents[:] = LATEST
@@ -424,18 +458,22 @@ class GameActor(Actor):
                     (actions[:, 0] == types.index(name)).sum()
                 )
 
+    def _zero_state(self) -> State:
+        h = np.zeros((self.game.num_rows, self.spec.lstm_size), np.float32)
+        return h, np.zeros_like(h)
+
     async def _switch_arch(
         self,
         spec: ModelSpec,
         obs: np.ndarray,
         masks: dict[str, np.ndarray],
-        h: np.ndarray,
-        c: np.ndarray,
+        state: State | None,
         starts: np.ndarray,
     ) -> tuple[Any, ...]:
         """Play on with the new architecture: the whole chunks buffered ship under the old one, the steps left
         are dropped; new LSTM units start at 0; a new game version or size restarts the games in a rebuilt lane
-        game."""
+        game. With `state` None (the inference actor refused the old architecture mid-chunk, so this actor does
+        not know the rows' state) every row goes on from a zero state, marked as an episode start."""
         await self._flush()
         old, self.spec, self.arch = self.arch, spec, spec.hash
         self.arch_switches += 1
@@ -445,12 +483,13 @@ class GameActor(Actor):
             game.follow_version(self.latest_version)
             self.game = game
             obs, masks = await asyncio.to_thread(self.game.reset, self.seed)
-            h = np.zeros((self.game.num_rows, spec.lstm_size), np.float32)
-            c = np.zeros_like(h)
-            starts = np.ones(self.game.num_rows, np.bool_)
+            state, starts = self._zero_state(), np.ones(self.game.num_rows, np.bool_)
+        elif state is None:
+            state, starts = self._zero_state(), np.ones(self.game.num_rows, np.bool_)
+            self.state_resets += 1
         else:
-            width = spec.lstm_size - h.shape[1]
-            h, c = (np.pad(x, ((0, 0), (0, width))) for x in (h, c))
+            width = spec.lstm_size - state[0].shape[1]
+            state = (np.pad(state[0], ((0, 0), (0, width))), np.pad(state[1], ((0, 0), (0, width))))
         self.log.info(
             "game_arch_switched",
             arch_from=old,
@@ -460,7 +499,7 @@ class GameActor(Actor):
             lstm_size=spec.lstm_size,
             steps_dropped=self.steps_dropped_arch,
         )
-        return obs, masks, h, c, starts
+        return obs, masks, state, starts
 
     def _add_returns(self, step: Step) -> None:
         """Keep the returns of episodes that ended with this step (environments that report them)."""
@@ -590,6 +629,7 @@ class GameActor(Actor):
             "chunks_partial": self.chunks_partial,
             "lost_steps": self.lost_steps,
             "infer_refused": self.infer_refused,
+            "state_resets": self.state_resets,
             "arch": self.arch,
             "arch_switches": self.arch_switches,
             "steps_dropped_arch": self.steps_dropped_arch,
@@ -629,6 +669,10 @@ def row_versions(opponents: np.ndarray, past_team: np.ndarray, heroes: int) -> n
     versions = np.full((len(opponents), 2, heroes), LATEST, np.int64)
     versions[np.arange(len(opponents)), past_team] = opponents[:, None]
     return versions.reshape(-1)
+
+
+class _StateLost(Exception):
+    """Raised out of _infer when the inference actor does not hold the rows' LSTM state the request continues."""
 
 
 class _ArchChanged(Exception):

@@ -5,9 +5,14 @@ draining while a forward pass runs. A batch is cut once `training.inference_batc
 wait or the oldest request is `training.inference_deadline_ms` old; a request arriving while a
 forward runs waits for the next batch. Rows are grouped by the policy version they play: the
 latest parameters (the ParamServer tells a ParamsAvailable on each new version, then they are
-fetched with GetParams) or a past version from an LRU cache, fetched on demand. The actor
-keeps no per-game state (the LSTM state travels in the request), so a restarted one loses
-nothing.
+fetched with GetParams) or a past version from an LRU cache, fetched on demand.
+
+The actor holds each game actor's rows' LSTM state between its steps (InferRequest explains the
+protocol), so a step's request and reply carry observations and actions, not the state: 64 rows of
+a 512-unit LSTM are 256 KB each way. The game actor gives the state itself at each chunk's first
+step (the learner needs it there anyway), so a restarted inference actor loses at most the memory
+of the rest of a chunk: its requests are refused with StateUnavailable, and the game actor goes on
+from a zero state on every row, marked as episode starts so that the learner sees what acting saw.
 
 After a live surgery (a new architecture) the last policy of the replaced one is kept, and
 requests of that architecture are still answered with it (every row, opponents included,
@@ -40,7 +45,7 @@ from five_actors.actors.messages import (
 from five_actors.actors.params import load_state
 from five_actors.actors.subscription import resolve_once
 from five_actors.config import Config
-from five_actors.errors import ArchMismatch, FiveActorsError, ModelError, VersionUnavailable
+from five_actors.errors import ArchMismatch, FiveActorsError, ModelError, StateUnavailable, VersionUnavailable
 from five_actors.model.policy import Policy, blank_policy
 from five_actors.model.spec import ModelSpec
 from five_actors.runtime.actor import Actor
@@ -58,6 +63,12 @@ PAST_PARAMS_TIMEOUT_S = 5.0
 
 STATS_EVERY_S = 10.0
 """Interval of the `inference_stats` log event."""
+
+MAX_STREAMS = 256
+"""Game actors whose rows' LSTM state is held; past this, the least recently served one's is dropped."""
+
+State = tuple[np.ndarray, np.ndarray]
+"""An LSTM state (h, c), f32[R,H] each."""
 
 
 def policy_from_params(params: Params, device: str, precision: str = "fp32") -> Policy:
@@ -80,6 +91,16 @@ class _Replaced:
     arch: str
     version: int
     policy: Policy
+
+
+@dataclass
+class _Stream:
+    """A game actor's rows' LSTM state, held between its steps: its last step `seq`, the state that step began from
+    (for a retry of it) and the state it left (for the next step)."""
+
+    seq: int
+    before: State
+    after: State
 
 
 @dataclass
@@ -108,6 +129,9 @@ class InferenceActor(Actor):
         self.replaced: _Replaced | None = None
         self.replaced_rows = 0
         """Rows answered with the replaced architecture's policy (game actors finishing a chunk)."""
+        self.streams: OrderedDict[str, _Stream] = OrderedDict()
+        self.state_refused = 0
+        """Requests refused because the state they would continue is not held here (StateUnavailable)."""
         self.pending: deque[_Pending] = deque()
         self.pending_rows = 0
         self._wake = asyncio.Event()
@@ -273,8 +297,31 @@ class InferenceActor(Actor):
             raise ModelError("InferRequest has no rows")
         for name in ("h", "c"):
             value = getattr(msg, name)
-            if not isinstance(value, np.ndarray) or value.shape != (rows, lstm) or value.dtype != np.float32:
-                raise ModelError(f"InferRequest {name} must be float32 [{rows}, {lstm}], got {_describe(value)}")
+            shaped = isinstance(value, np.ndarray) and value.shape in ((rows, lstm), (0, lstm))
+            if not shaped or value.dtype != np.float32:
+                raise ModelError(
+                    f"InferRequest {name} must be float32 [{rows}, {lstm}] (or [0, {lstm}]: the held state), got "
+                    f"{_describe(value)}"
+                )
+        if msg.h.shape != msg.c.shape:
+            raise ModelError(f"InferRequest h is {_describe(msg.h)} but c is {_describe(msg.c)}")
+        if not len(msg.h) and not msg.stream:
+            raise ModelError("InferRequest takes the held LSTM state (h, c of 0 rows) but names no stream")
+        if msg.starts is not None and (
+            not isinstance(msg.starts, np.ndarray) or msg.starts.shape != (rows,) or msg.starts.dtype != np.bool_
+        ):
+            raise ModelError(f"InferRequest starts must be bool [{rows}], got {_describe(msg.starts)}")
+        picked = msg.rows
+        if (
+            picked is not None
+            and len(picked)
+            and (
+                not isinstance(picked, np.ndarray)
+                or picked.shape != (rows,)
+                or not np.issubdtype(picked.dtype, np.integer)
+            )
+        ):
+            raise ModelError(f"InferRequest rows must be int64 [{rows}], got {_describe(msg.rows)}")
         if (
             not isinstance(msg.versions, np.ndarray)
             or msg.versions.shape != (rows,)
@@ -372,10 +419,61 @@ class InferenceActor(Actor):
         if live:
             await self._answer(live, policies, latest, self.arch)
 
+    def _state_in(self, msg: InferRequest) -> State:
+        """The rows' LSTM state before this step: the request's own, or the one held for its stream (InferRequest)."""
+        if len(msg.h):
+            return msg.h, msg.c
+        held = self.streams.get(msg.stream)
+        if held is None:
+            raise StateUnavailable(
+                f"no LSTM state is held for {msg.stream!r} (this inference actor started after its step {msg.seq - 1}, "
+                "or another one served it)"
+            )
+        if not msg.advance:
+            if msg.seq != held.seq:
+                raise StateUnavailable(f"{msg.stream!r} asks after its step {msg.seq}, but its held step is {held.seq}")
+            rows = msg.rows if msg.rows is not None and len(msg.rows) else np.arange(len(msg.obs))
+            held_rows = len(held.after[0])
+            if rows.min() < 0 or rows.max() >= held_rows:
+                raise ModelError(f"InferRequest rows must lie in [0, {held_rows}), got {rows.min()}..{rows.max()}")
+            return held.after[0][rows], held.after[1][rows]
+        if len(held.after[0]) != len(msg.obs):
+            raise StateUnavailable(f"{msg.stream!r} has {len(msg.obs)} rows, its held state {len(held.after[0])}")
+        if msg.seq == held.seq:  # asked again after a timeout: start where the first answer started
+            return held.before
+        if msg.seq != held.seq + 1:
+            raise StateUnavailable(f"step {msg.seq} of {msg.stream!r} does not follow its held step {held.seq}")
+        if msg.starts is None:
+            return held.after
+        keep = ~msg.starts[:, None]
+        return held.after[0] * keep, held.after[1] * keep
+
+    def _hold(self, msg: InferRequest, before: State, after: State) -> None:
+        self.streams[msg.stream] = _Stream(msg.seq, before, after)
+        self.streams.move_to_end(msg.stream)
+        while len(self.streams) > MAX_STREAMS:
+            dropped, _ = self.streams.popitem(last=False)
+            self.log.info("lstm_state_dropped", stream=dropped, held=MAX_STREAMS)
+
     async def _answer(self, live: list[_Pending], policies: dict[int, Policy], latest: int, arch: str) -> None:
         """One forward over the requests `live` (all of architecture `arch`) and a reply to each."""
+        states: list[State] = []
+        ready: list[_Pending] = []
+        for item in live:
+            try:
+                states.append(self._state_in(item.request))
+            except FiveActorsError as exc:
+                self.refused += 1
+                self.state_refused += isinstance(exc, StateUnavailable)
+                self.log.warning("infer_refused", stream=item.request.stream, error=str(exc))
+                item.reply.set_exception(exc)
+                continue
+            ready.append(item)
+        live = ready
+        if not live:
+            return
         try:
-            result = await asyncio.to_thread(_forward, live, policies, latest)
+            result = await asyncio.to_thread(_forward, live, states, policies, latest)
         except ModelError as exc:  # e.g. a mask leaving a needed head no legal choice
             self.log.warning("infer_refused", error=str(exc), requests=len(live))
             for item in live:
@@ -387,10 +485,14 @@ class InferenceActor(Actor):
         self.rows += sum(len(item.request.versions) for item in live)
         now = time.monotonic()
         start = 0
-        for item in live:
-            n = len(item.request.versions)
+        for item, before in zip(live, states, strict=True):
+            n, msg = len(item.request.versions), item.request
+            actions, logp, value, h, c, versions = (part[start : start + n] for part in result)
+            if msg.stream and msg.advance:
+                self._hold(msg, before, (h, c))
             if not item.reply.done():
-                actions, logp, value, h, c, versions = (part[start : start + n] for part in result)
+                if not msg.want_state:
+                    h = c = h[:0]
                 item.reply.set_result(InferReply(actions, logp, value, h, c, versions, arch))
                 self.latencies.append(now - item.arrived)
             start += n
@@ -440,6 +542,8 @@ class InferenceActor(Actor):
             "forwards_per_s": self.forwards / elapsed,
             "rows_per_s": self.rows / elapsed,
             "cached_versions": sorted(self.past),
+            "held_streams": len(self.streams),
+            "state_refused": self.state_refused,
         }
 
     def status(self) -> dict[str, Any]:
@@ -467,13 +571,16 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
-def _forward(live: list[_Pending], policies: dict[int, Policy], latest: int) -> tuple[np.ndarray, ...]:
-    """One batch's forward passes (one per version group), off the event loop; rows in request order."""
+def _forward(
+    live: list[_Pending], states: list[State], policies: dict[int, Policy], latest: int
+) -> tuple[np.ndarray, ...]:
+    """One batch's forward passes (one per version group) from each request's LSTM state `states`, off the event
+    loop; rows in request order."""
     requests = [item.request for item in live]
     obs = np.concatenate([r.obs for r in requests])
     masks = {k: np.concatenate([r.masks[k] for r in requests]) for k in requests[0].masks}
-    h = np.concatenate([r.h for r in requests])
-    c = np.concatenate([r.c for r in requests])
+    h = np.concatenate([s[0] for s in states])
+    c = np.concatenate([s[1] for s in states])
     asked = np.concatenate([r.versions for r in requests]).astype(np.int64)
     # Rows of a version without a policy of its own (past opponents in a replaced architecture's
     # requests) play the latest; a current-architecture request never has such rows.

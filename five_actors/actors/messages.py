@@ -23,9 +23,20 @@ from five_actors.runtime.actor import message
 class InferRequest:
     """GameActor -> InferenceActor (ask): act for R rows.
 
-    obs f32[R,D]; masks {head: bool[R,...]}; h, c f32[R,H] the rows' LSTM state before this
-    step; versions i64[R] the policy version each row plays (-1 = the latest); arch the
-    ModelSpec hash the asker expects. Answered with an InferReply.
+    obs f32[R,D]; masks {head: bool[R,...]}; versions i64[R] the policy version each row plays
+    (-1 = the latest); arch the ModelSpec hash the asker expects. Answered with an InferReply.
+
+    The inference actor holds each asker's rows' LSTM state between its requests, keyed by
+    `stream` (the asker's address), so that a step carries observations and not the state:
+    h, c f32[R,H] give the rows' state before this step (the asker sends them where it knows
+    them: its first step, each chunk's first step, after a surgery), or are f32[0,H] to take the
+    state the stream's previous step left, zeroed on the rows of `starts` bool[R] (an episode
+    began). `seq` numbers the asker's steps: a step asked again (a retry after a timeout) starts
+    from the state its first answer started from. A held state the actor does not have (it
+    restarted, or another one served the previous step) is refused with StateUnavailable.
+    `advance` false asks without moving the stream on (the value of rows whose episode a time
+    limit cut, from the state their step left); `rows` i64[R] then names the stream's rows asked
+    for (empty: all, in order). `want_state` asks for the state after this step in the reply.
     """
 
     obs: np.ndarray
@@ -34,6 +45,12 @@ class InferRequest:
     c: np.ndarray
     versions: np.ndarray
     arch: str
+    stream: str = ""
+    seq: int = 0
+    starts: np.ndarray | None = None
+    rows: np.ndarray | None = None
+    advance: bool = True
+    want_state: bool = False
 
 
 @message
@@ -41,8 +58,9 @@ class InferReply:
     """The answer to an InferRequest, row for row.
 
     actions i64[R,C]; logp f32[R] the log-probability of the sampled action; value f32[R];
-    h, c f32[R,H] the LSTM state after this step; versions i64[R] the version actually used
-    per row (never -1); arch the ModelSpec hash of the model that acted.
+    h, c f32[R,H] the LSTM state after this step where the request set `want_state` (f32[0,H]
+    otherwise); versions i64[R] the version actually used per row (never -1);
+    arch the ModelSpec hash of the model that acted.
     """
 
     actions: np.ndarray

@@ -18,9 +18,10 @@ from five_actors.actors.messages import GetStats, InferRequest, PublishParams, R
 from five_actors.actors.param_server import ParamServerActor
 from five_actors.actors.params import initial_policy, model_spec, state_arrays
 from five_actors.config import Config, from_mapping, load_config
-from five_actors.errors import ArchMismatch, RemoteError, VersionUnavailable
+from five_actors.errors import ArchMismatch, RemoteError, StateUnavailable, VersionUnavailable
 from five_actors.model.policy import Policy
 from five_actors.model.ppo import gae
+from five_actors.model.spec import ModelSpec
 from five_actors.runtime.actor import Actor, ActorSystem
 
 CHUNK = 8
@@ -95,6 +96,28 @@ def start(
     return server, inference, game_actors, learner_actors
 
 
+def request(spec: ModelSpec, obs: np.ndarray, h: np.ndarray, c: np.ndarray, **fields: Any) -> InferRequest:
+    """An InferRequest of `obs`'s rows with every action legal, all on the latest version."""
+    rows, types, heads = len(obs), len(spec.actions.types), spec.actions.heads
+    masks = {"type": np.ones((rows, types), bool), **{h.name: np.ones((rows, types, h.size), bool) for h in heads}}
+    return InferRequest(obs, masks, h, c, np.full(rows, -1, np.int64), spec.hash, **fields)
+
+
+def assert_matches_a_local_forward(policy: Policy, rollout: Rollout) -> None:
+    """The parameters, run locally over the chunk from its stored LSTM state, give the log-probabilities and values
+    the inference actor produced."""
+    with torch.no_grad():
+        logp, _, value = policy.evaluate(
+            torch.from_numpy(rollout.obs),
+            {k: torch.from_numpy(v) for k, v in rollout.masks.items()},
+            torch.from_numpy(rollout.actions),
+            torch.from_numpy(rollout.starts),
+            (torch.from_numpy(rollout.h), torch.from_numpy(rollout.c)),
+        )
+    np.testing.assert_allclose(logp.numpy(), rollout.logp, atol=1e-4)
+    np.testing.assert_allclose(policy.value_norm.denormalize(value).numpy(), rollout.values, atol=1e-4)
+
+
 async def test_rollout_chunks_have_the_contract_shapes_and_match_a_local_forward(system: ActorSystem) -> None:
     config = tiny_config()
     server, inference, (game,), (learner,) = start(system, config)
@@ -123,19 +146,9 @@ async def test_rollout_chunks_have_the_contract_shapes_and_match_a_local_forward
     np.testing.assert_allclose(rollout.returns, rollout.advantages + rollout.values, rtol=1e-5, atol=1e-5)
     assert learner.rollouts[0].starts[0].all(), "the first chunk starts every game"
 
-    # The same parameters, run locally over each chunk from its stored LSTM state, give the
-    # log-probabilities and values the inference actor produced.
+    # The LSTM state held by the inference actor between steps is the one each chunk stored.
     for rollout in rollouts[:3]:
-        with torch.no_grad():
-            logp, _, value = policy.evaluate(
-                torch.from_numpy(rollout.obs),
-                {k: torch.from_numpy(v) for k, v in rollout.masks.items()},
-                torch.from_numpy(rollout.actions),
-                torch.from_numpy(rollout.starts),
-                (torch.from_numpy(rollout.h), torch.from_numpy(rollout.c)),
-            )
-        np.testing.assert_allclose(logp.numpy(), rollout.logp, atol=1e-4)
-        np.testing.assert_allclose(policy.value_norm.denormalize(value).numpy(), rollout.values, atol=1e-4)
+        assert_matches_a_local_forward(policy, rollout)
     # Consecutive chunks continue each other, and a chunk's GAE looked WINDOW (= CHUNK) steps
     # past it, bootstrapping from the value after the window.
     first, second, third = rollouts[:3]
@@ -182,6 +195,30 @@ async def test_a_request_that_no_other_could_join_is_answered_without_waiting_ou
     assert inference.stats()["mean_batch_rows"] == rows
 
 
+async def test_after_an_inference_restart_mid_chunk_rows_go_on_from_a_zero_state_that_the_chunk_records(
+    system: ActorSystem,
+) -> None:
+    config = tiny_config()
+    server, _, (game,), (learner,) = start(system, config)
+    policy = initial_policy(model_spec(config), config.training.seed)
+    await system.wait_started(server.ref)
+    await server.ref.tell(publish(policy, 3))
+    await until(lambda: any(r.versions[0] == 3 for r in learner.rollouts))
+    # A restart lands inside a chunk 7 times in 8 (8-step chunks): the state held there is lost.
+    for _ in range(20):
+        await system.stop("/inference")
+        system.spawn(InferenceActor("test/params", config=config), "/inference")
+        resets, sent = game.state_resets, len(learner.rollouts)
+        await until(lambda: len(learner.rollouts) >= sent + 2)
+        if game.state_resets > resets:
+            break
+    assert game.state_resets >= 1 and game.stats()["state_resets"] == game.state_resets
+    reset = [r for r in learner.rollouts[sent:] if r.starts[1:].all(axis=1).any()]
+    assert reset, "a chunk marks the step every row went on from a zero state as an episode start"
+    for rollout in learner.rollouts[sent:]:
+        assert_matches_a_local_forward(policy, rollout)
+
+
 async def test_games_survive_an_inference_restart_and_count_the_lost_steps(system: ActorSystem) -> None:
     config = tiny_config()
     _, inference, (game,), (learner,) = start(system, config)
@@ -196,6 +233,53 @@ async def test_games_survive_an_inference_restart_and_count_the_lost_steps(syste
     assert system.is_alive("/game-0")
     stats = await system.ref("/game-0").ask(GetStats())
     assert stats["lost_steps"] >= 2 and stats["batch_steps"] > steps
+
+
+async def test_the_inference_actor_holds_each_game_actors_lstm_state_between_its_steps(system: ActorSystem) -> None:
+    config = tiny_config()
+    start(system, config, games=0)
+    spec = model_spec(config)
+    ref = system.ref("/inference")
+    rows, H = 3, spec.lstm_size
+    rng = np.random.default_rng(0)
+    obs = [rng.standard_normal((rows, spec.obs.size)).astype(np.float32) for _ in range(3)]
+    zero, held = np.zeros((rows, H), np.float32), np.zeros((0, H), np.float32)
+
+    async def ask(step: int, state: tuple[np.ndarray, np.ndarray], stream: str = "a", **fields: Any) -> Any:
+        return await ref.ask(request(spec, obs[step], *state, stream=stream, seq=step, **fields), timeout=30)
+
+    first = await ask(0, (zero, zero), want_state=True)
+    second = await ask(1, (held, held), want_state=True)  # from the state step 0 left, held by the actor
+    given = await ask(1, (first.h, first.c), stream="b", want_state=True)  # the same step, the state sent
+    assert second.h.shape == (rows, H) and np.abs(second.h).sum() > 0
+    np.testing.assert_allclose(second.value, given.value, atol=1e-6)
+    np.testing.assert_allclose(second.h, given.h, atol=1e-6)
+    retried = await ask(1, (held, held))  # asked again (a retry): from the state the first answer started from
+    np.testing.assert_allclose(retried.value, second.value, atol=1e-6)
+    assert retried.h.shape == (0, H), "the state comes back only when asked for"
+    # The value of rows 0 and 2 from the state step 1 left, without moving the stream on.
+    picked = np.array([0, 2])
+    peek = await ref.ask(
+        request(spec, obs[2][picked], held[:0], held[:0], stream="a", seq=1, rows=picked, advance=False), timeout=30
+    )
+    sent = await ref.ask(request(spec, obs[2][picked], second.h[picked], second.c[picked], stream="c"), timeout=30)
+    np.testing.assert_allclose(peek.value, sent.value, atol=1e-6)
+    # Step 2 with row 0's episode begun: its state starts from zero.
+    starts = np.array([True, False, False])
+    third = await ask(2, (held, held), starts=starts, want_state=True)
+    fresh = second.h * ~starts[:, None], second.c * ~starts[:, None]
+    np.testing.assert_allclose(third.h, (await ask(2, fresh, stream="d", want_state=True)).h, atol=1e-6)
+
+    with pytest.raises(RemoteError, match="no LSTM state is held for 'nobody'") as refused:
+        await ask(1, (held, held), stream="nobody")
+    assert refused.value.is_a(StateUnavailable)  # game actors act on the type: they go on from a zero state
+    with pytest.raises(RemoteError, match="step 7 of 'a' does not follow its held step 2"):
+        await ref.ask(request(spec, obs[0], held, held, stream="a", seq=7), timeout=30)
+    with pytest.raises(RemoteError, match="names no stream"):
+        await ref.ask(request(spec, obs[0], held, held), timeout=30)
+    with pytest.raises(RemoteError, match=rf"h must be float32 \[{rows}, {H}\] \(or \[0, {H}\]"):
+        await ref.ask(request(spec, obs[0], zero[:1], zero[:1], stream="a", seq=3), timeout=30)
+    assert (await ask(2, (zero, zero), stream="e")).arch == spec.hash, "the actor goes on after refusing"
 
 
 async def test_a_request_of_another_arch_or_shape_is_refused_with_a_clear_error(system: ActorSystem) -> None:

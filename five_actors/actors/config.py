@@ -91,6 +91,13 @@ class TrainingConfig:
     """Chunks played by a version older than latest - max_staleness are dropped (counted), not trained on."""
     max_sample_reuse: float = 2.0
     """Most times a chunk is trained on, on average; the learner waits for fresh data beyond it."""
+    max_outstanding_chunks: int = 0
+    """Backpressure: the most chunks of one GameActor that one learner holds untrained (in flight, or waiting unused
+    in its buffer). A GameActor waits before its next step while its next ship (a chunk for each row) would take the
+    learner it goes to past this, until that learner's ChunkFates report chunks trained or dropped; a ship larger
+    than the limit waits until the learner holds none (0: never waits). Rollouts then run no faster than the learners
+    train, as Sample Factory's finite trajectory buffers make them: no chunk is evicted unused, and staleness stays
+    low. At least `minibatch_chunks`, or a learner could wait for a minibatch that its game actors hold back."""
     reuse_window_s: float = 30.0
     """Seconds over which sample reuse (samples consumed / samples produced) is measured."""
     allreduce_timeout_s: float = 60.0
@@ -186,6 +193,13 @@ class TrainingConfig:
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.max_outstanding_chunks and self.max_outstanding_chunks < self.minibatch_chunks:
+            raise ValueError(
+                f"max_outstanding_chunks ({self.max_outstanding_chunks}) must be 0 (no backpressure) or at least "
+                f"minibatch_chunks ({self.minibatch_chunks}): a learner waits for a whole minibatch"
+            )
+        if self.max_outstanding_chunks < 0:
+            raise ValueError(f"max_outstanding_chunks must be >= 0, got {self.max_outstanding_chunks}")
         if self.minibatch_chunks > self.buffer_chunks:
             raise ValueError(
                 f"minibatch_chunks ({self.minibatch_chunks}) must not exceed buffer_chunks ({self.buffer_chunks})"

@@ -110,6 +110,9 @@ RETRY_MAX_S = 1.0
 LEARNER_GRACE_S = 0.2
 """A re-established watch that has not fired within this time means the learner is back."""
 
+BACKPRESSURE_LOG_S = 10.0
+"""While held back by `training.max_outstanding_chunks`, a GameActor logs `waiting_for_learner` this often."""
+
 
 class GameActor(Actor):
     """Plays `training.games_per_actor` games of the run's environment; args: `inference` (one address or a list),
@@ -140,6 +143,9 @@ class GameActor(Actor):
         self.infer_refused = 0
         self.state_resets = 0
         """Steps from which every row went on from a zero LSTM state, the inference actor holding none for them."""
+        self.backpressure_s = 0.0
+        """Seconds spent waiting for a learner to train this actor's chunks (training.max_outstanding_chunks)."""
+        self._fates_heard = asyncio.Event()
         self.arch_switches = 0
         self.steps_dropped_arch = 0
         self.games_finished = 0
@@ -217,6 +223,7 @@ class GameActor(Actor):
             await self._pick_opponent(g)
         chunk_steps = self.training.rollout_chunk_steps
         while True:
+            await self._hold_back()
             if self.announced_arch is not None and self._at_chunk_boundary() and state is not None:
                 self.announced_arch = None
                 spec = await self._latest_spec()
@@ -573,6 +580,29 @@ class GameActor(Actor):
         self.ledger.unsent(count)
         self.log.warning("chunks_lost", chunks=count, chunks_lost=self.ledger.lost, reason="no learner is up")
 
+    async def _hold_back(self) -> None:
+        """Wait while a ship of this actor's chunks (a chunk a row) would leave the learner it goes to holding more than
+        `max_outstanding_chunks` of them untrained; a ship larger than that waits until the learner holds none (a
+        learner that is down holds none: its chunks were counted lost)."""
+        limit, ship = self.training.max_outstanding_chunks, self.game.num_rows
+        learner = self.learner_addresses[self._next_learner]
+
+        def held_back() -> bool:
+            held = self.ledger.outstanding[learner]
+            return bool(limit) and held > 0 and held + ship > limit
+
+        if not held_back():
+            return
+        began = time.monotonic()
+        while held_back():
+            self._fates_heard.clear()
+            try:
+                await asyncio.wait_for(self._fates_heard.wait(), BACKPRESSURE_LOG_S)
+            except TimeoutError:
+                held, waited = self.ledger.outstanding[learner], round(time.monotonic() - began, 1)
+                self.log.warning("waiting_for_learner", learner=learner, outstanding=held, limit=limit, waited_s=waited)
+        self.backpressure_s += time.monotonic() - began
+
     async def _watch_learner(self, address: str) -> None:
         """Keep `learner_up[address]` current: down on its exit, up again once a new watch holds."""
         loop = asyncio.get_running_loop()
@@ -597,6 +627,7 @@ class GameActor(Actor):
                 self.log.warning("learner_down", learner=address, reason=reason)
             self.learner_up[address] = False
             lost = self.ledger.exited(address)
+            self._fates_heard.set()
             if lost:
                 self.log.warning(
                     "chunks_lost", chunks=lost, chunks_lost=self.ledger.lost, reason=f"{address} exited ({reason})"
@@ -608,6 +639,7 @@ class GameActor(Actor):
             self.log.warning("chunk_fates_refused", learner=msg.learner, reason="not one of this actor's learners")
             return
         refused = self.ledger.report(msg)
+        self._fates_heard.set()
         if refused is not None:
             self.log.warning("chunk_fates_refused", learner=msg.learner, reason=refused)
 
@@ -630,6 +662,7 @@ class GameActor(Actor):
             "lost_steps": self.lost_steps,
             "infer_refused": self.infer_refused,
             "state_resets": self.state_resets,
+            "backpressure_s": round(self.backpressure_s, 3),
             "arch": self.arch,
             "arch_switches": self.arch_switches,
             "steps_dropped_arch": self.steps_dropped_arch,

@@ -66,7 +66,7 @@ log = structlog.get_logger("five_actors.learner")
 
 IDLE_WAIT_S = 0.02
 """Pause between rounds in which no rank was ready."""
-FATES_EVERY_S = 0.5
+FATES_EVERY_S = 0.1
 """How often the fates of the chunks met since the last report are told to the GameActors that made them."""
 STOP_WAIT_S = 5.0
 """How long a stopping learner waits to tell its peers (a dead peer makes that fail)."""

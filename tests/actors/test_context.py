@@ -48,6 +48,8 @@ def test_up_picks_a_rendezvous_port_unless_one_is_set() -> None:
 def test_bad_training_values_are_refused_by_name() -> None:
     with pytest.raises(ConfigError, match=r"training: minibatch_chunks \(64\) must not exceed buffer_chunks \(32\)"):
         load_config("pingpong", ["training.buffer_chunks=32", "training.minibatch_chunks=64"])
+    with pytest.raises(ConfigError, match=r"max_outstanding_chunks \(16\) must be 0 \(no backpressure\) or at least"):
+        load_config("pingpong", ["training.minibatch_chunks=32", "training.max_outstanding_chunks=16"])
     with pytest.raises(ConfigError, match="training.games_per_actr: unknown key"):
         load_config("pingpong", ["training.games_per_actr=3"])
 

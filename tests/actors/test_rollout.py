@@ -14,7 +14,7 @@ import torch
 
 from five_actors.actors.game import GameActor, row_versions
 from five_actors.actors.inference import LATEST, InferenceActor
-from five_actors.actors.messages import GetStats, InferRequest, PublishParams, Rollout
+from five_actors.actors.messages import ChunkFates, GetStats, InferRequest, PublishParams, Rollout
 from five_actors.actors.param_server import ParamServerActor
 from five_actors.actors.params import initial_policy, model_spec, state_arrays
 from five_actors.config import Config, from_mapping, load_config
@@ -421,6 +421,21 @@ async def test_a_game_actor_moves_on_to_another_inference_actor_when_one_dies(sy
     sent = len(learner.rollouts)
     await until(lambda: len(learner.rollouts) >= sent + 3)
     assert other.forwards > 0 and 1 <= game.lost_steps <= 2, "one failed ask, then the other inference actor"
+
+
+async def test_a_game_actor_holds_back_while_its_learner_has_not_trained_its_chunks(system: ActorSystem) -> None:
+    rows = GAMES * 2 * 2  # chunks per ship
+    config = tiny_config(minibatch_chunks=rows, max_outstanding_chunks=2 * rows)
+    _, _, (game,), (learner,) = start(system, config)
+    await until(lambda: len(learner.rollouts) == 2)
+    steps = game.batch_steps
+    await asyncio.sleep(1.0)  # the stand-in trains nothing: no fate comes back, and the game waits
+    assert len(learner.rollouts) == 2 and game.batch_steps == steps
+    assert game.stats()["chunks_outstanding"] == 2 * rows
+    await system.ref("/game-0").tell(ChunkFates("test/learner-0", "one", trained=rows))
+    await until(lambda: len(learner.rollouts) == 3)
+    await asyncio.sleep(0.5)
+    assert len(learner.rollouts) == 3 and game.stats()["backpressure_s"] >= 1.0
 
 
 async def test_chunks_are_counted_lost_while_the_learner_is_down_and_flow_again_after_its_restart(

@@ -1,4 +1,5 @@
-"""Test actors: a context reporter, and a stand-in ParamServer serving fresh policies."""
+"""Test actors: a context reporter, and a stand-in ParamServer serving fresh policies; a chunk evaluated as the learner
+does."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import torch
 
-from five_actors.actors.messages import GetParams, Params
+from five_actors.actors.messages import GetParams, Params, Rollout
 from five_actors.errors import FiveActorsError
 from five_actors.game.env import LaneGame
 from five_actors.model.policy import Policy
@@ -70,3 +71,17 @@ class ParamsStub(Actor):
         if msg.version not in self.versions or (not self.keep_past and msg.version != self.latest):
             raise FiveActorsError(f"unknown version {msg.version}")
         return self.versions[msg.version]
+
+
+def evaluate_chunk(policy: Policy, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chunk's log-probabilities and (normalised) values under `policy`, from its stored LSTM state, as the
+    learner's loss computes them."""
+    with torch.no_grad():
+        logp, _, value = policy.evaluate(
+            torch.as_tensor(rollout.obs),
+            {k: torch.as_tensor(v) for k, v in rollout.masks.items()},
+            torch.as_tensor(rollout.actions),
+            torch.as_tensor(rollout.starts),
+            (torch.as_tensor(rollout.h), torch.as_tensor(rollout.c)),
+        )
+    return logp, value

@@ -23,6 +23,7 @@ from five_actors.model.policy import Policy
 from five_actors.model.ppo import gae
 from five_actors.model.spec import ModelSpec
 from five_actors.runtime.actor import Actor, ActorSystem
+from tests.actors.support import evaluate_chunk
 
 CHUNK = 8
 WINDOW = 8
@@ -106,14 +107,7 @@ def request(spec: ModelSpec, obs: np.ndarray, h: np.ndarray, c: np.ndarray, **fi
 def assert_matches_a_local_forward(policy: Policy, rollout: Rollout) -> None:
     """The parameters, run locally over the chunk from its stored LSTM state, give the log-probabilities and values
     the inference actor produced."""
-    with torch.no_grad():
-        logp, _, value = policy.evaluate(
-            torch.from_numpy(rollout.obs),
-            {k: torch.from_numpy(v) for k, v in rollout.masks.items()},
-            torch.from_numpy(rollout.actions),
-            torch.from_numpy(rollout.starts),
-            (torch.from_numpy(rollout.h), torch.from_numpy(rollout.c)),
-        )
+    logp, value = evaluate_chunk(policy, rollout)
     np.testing.assert_allclose(logp.numpy(), rollout.logp, atol=1e-4)
     np.testing.assert_allclose(policy.value_norm.denormalize(value).numpy(), rollout.values, atol=1e-4)
 

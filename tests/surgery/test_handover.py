@@ -15,6 +15,7 @@ from five_actors.surgery.anneal import ANNEAL_COUNTER, GAME_VERSION, Annealing, 
 from five_actors.surgery.ops import apply, parse_ops
 from five_actors.surgery.state import ModelState
 from five_actors.surgery.verify import Probes
+from tests.actors.support import evaluate_chunk
 
 STEPS = 8
 
@@ -61,16 +62,7 @@ def rollout_of(state: ModelState, probes: Probes) -> Rollout:
 
 def evaluate(state: ModelState, msg: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
     """The chunk's log-probabilities and values under `state`'s policy, as the learner's loss computes them."""
-    policy = state.build_policy()
-    with torch.no_grad():
-        logp, _entropy, value = policy.evaluate(
-            torch.as_tensor(msg.obs),
-            {k: torch.as_tensor(v) for k, v in msg.masks.items()},
-            torch.as_tensor(msg.actions),
-            torch.as_tensor(msg.starts),
-            (torch.as_tensor(msg.h), torch.as_tensor(msg.c)),
-        )
-    return logp, value
+    return evaluate_chunk(state.build_policy(), msg)
 
 
 @pytest.mark.parametrize(

@@ -429,6 +429,9 @@ class InferenceActor(Actor):
                 f"no LSTM state is held for {msg.stream!r} (this inference actor started after its step {msg.seq - 1}, "
                 "or another one served it)"
             )
+        units, asked = held.after[0].shape[1], msg.h.shape[1]
+        if units != asked:  # a live surgery widened the LSTM: the asker sends the state
+            raise StateUnavailable(f"{msg.stream!r} holds {units} LSTM units, its request {asked}")
         if not msg.advance:
             if msg.seq != held.seq:
                 raise StateUnavailable(f"{msg.stream!r} asks after its step {msg.seq}, but its held step is {held.seq}")
@@ -466,7 +469,8 @@ class InferenceActor(Actor):
                 self.refused += 1
                 self.state_refused += isinstance(exc, StateUnavailable)
                 self.log.warning("infer_refused", stream=item.request.stream, error=str(exc))
-                item.reply.set_exception(exc)
+                if not item.reply.done():  # the asker may have given up while past versions were fetched
+                    item.reply.set_exception(exc)
                 continue
             ready.append(item)
         live = ready

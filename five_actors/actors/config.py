@@ -176,6 +176,7 @@ class TrainingConfig:
             "surgery_revert_trueskill",
             "surgery_lr_hold_steps",
             "stall_s",
+            "max_outstanding_chunks",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -198,8 +199,6 @@ class TrainingConfig:
                 f"max_outstanding_chunks ({self.max_outstanding_chunks}) must be 0 (no backpressure) or at least "
                 f"minibatch_chunks ({self.minibatch_chunks}): a learner waits for a whole minibatch"
             )
-        if self.max_outstanding_chunks < 0:
-            raise ValueError(f"max_outstanding_chunks must be >= 0, got {self.max_outstanding_chunks}")
         if self.minibatch_chunks > self.buffer_chunks:
             raise ValueError(
                 f"minibatch_chunks ({self.minibatch_chunks}) must not exceed buffer_chunks ({self.buffer_chunks})"

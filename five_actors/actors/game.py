@@ -217,8 +217,8 @@ class GameActor(Actor):
         # millisecond, less than a thread hand-off costs on a busy machine.
         obs, masks = await asyncio.to_thread(self.game.reset, self.seed)
         # The rows' LSTM state before the next step where this actor knows it (else the inference actor holds it).
-        state: State | None = self._zero_state()
-        starts = np.ones(self.game.num_rows, np.bool_)
+        state: State | None
+        state, starts = self._fresh_start()
         for g in range(self.game.num_games):
             await self._pick_opponent(g)
         chunk_steps = self.training.rollout_chunk_steps
@@ -239,7 +239,7 @@ class GameActor(Actor):
                 obs, masks, state, starts = await self._switch_arch(change.spec, obs, masks, state, starts)
                 continue
             except _StateLost:
-                state, starts = self._zero_state(), np.ones(self.game.num_rows, np.bool_)
+                state, starts = self._fresh_start()
                 self.state_resets += 1
                 self.log.warning("lstm_state_reset", step=self.batch_steps, state_resets=self.state_resets)
                 continue
@@ -465,9 +465,10 @@ class GameActor(Actor):
                     (actions[:, 0] == types.index(name)).sum()
                 )
 
-    def _zero_state(self) -> State:
+    def _fresh_start(self) -> tuple[State, np.ndarray]:
+        """A zero LSTM state for every row, each marked as an episode start (`starts`)."""
         h = np.zeros((self.game.num_rows, self.spec.lstm_size), np.float32)
-        return h, np.zeros_like(h)
+        return (h, np.zeros_like(h)), np.ones(self.game.num_rows, np.bool_)
 
     async def _switch_arch(
         self,
@@ -490,9 +491,9 @@ class GameActor(Actor):
             game.follow_version(self.latest_version)
             self.game = game
             obs, masks = await asyncio.to_thread(self.game.reset, self.seed)
-            state, starts = self._zero_state(), np.ones(self.game.num_rows, np.bool_)
+            state, starts = self._fresh_start()
         elif state is None:
-            state, starts = self._zero_state(), np.ones(self.game.num_rows, np.bool_)
+            state, starts = self._fresh_start()
             self.state_resets += 1
         else:
             width = spec.lstm_size - state[0].shape[1]

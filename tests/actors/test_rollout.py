@@ -282,16 +282,9 @@ async def test_a_request_of_another_arch_or_shape_is_refused_with_a_clear_error(
     start(system, config, games=0)
     spec = policy.spec
     rows, D, H = 3, spec.obs.size, spec.lstm_size
-    types, heads = len(spec.actions.types), spec.actions.heads
-    masks = {"type": np.ones((rows, types), bool), **{h.name: np.ones((rows, types, h.size), bool) for h in heads}}
-    good = InferRequest(
-        np.zeros((rows, D), np.float32),
-        masks,
-        np.zeros((rows, H), np.float32),
-        np.zeros((rows, H), np.float32),
-        np.full(rows, -1, np.int64),
-        spec.hash,
-    )
+    zero = np.zeros((rows, H), np.float32)
+    good = request(spec, np.zeros((rows, D), np.float32), zero, zero)
+    masks = good.masks
     ref = system.ref("/inference")
     reply = await ref.ask(good, timeout=30)
     assert reply.actions.shape == (rows, spec.actions.columns) and reply.versions.tolist() == [0] * rows

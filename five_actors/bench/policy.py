@@ -64,7 +64,7 @@ def measure(config: Config, rows: int, chunks: int, seconds: float) -> dict[str,
         config.model.device
     )
     state = policy.initial_state(len(obs))
-    forward_calls, forward_s = _timed(lambda: policy.act(obs, masks, state), seconds)
+    forward_calls, forward_s = _timed(lambda: policy.act(obs, masks, state), seconds, policy.device)
     forward_flops = _flops(lambda: policy.act(obs, masks, state))
 
     steps = config.training.rollout_chunk_steps
@@ -89,7 +89,7 @@ def measure(config: Config, rows: int, chunks: int, seconds: float) -> dict[str,
         state=policy.initial_state(chunks),
     )
     ppo = PPO(policy, config.ppo)
-    update_calls, update_s = _timed(lambda: ppo.step(batch), seconds)
+    update_calls, update_s = _timed(lambda: ppo.step(batch), seconds, device)
     update_flops = _flops(lambda: ppo.step(batch))
     forward_rate = len(obs) * forward_calls / forward_s
     update_rows = steps * chunks
@@ -120,12 +120,19 @@ def _flops(work: Any) -> int:
     return int(counter.get_total_flops())
 
 
-def _timed(work: Any, seconds: float) -> tuple[int, float]:
-    """Calls made and seconds taken by calling `work` repeatedly for about `seconds` (after a warm-up call)."""
-    work()
+def _timed(work: Any, seconds: float, device: torch.device) -> tuple[int, float]:
+    """Calls made and seconds taken by calling `work` repeatedly for about `seconds` (after a warm-up call); on a GPU
+    each call is waited for, as its caller would wait for the result."""
+
+    def call() -> None:
+        work()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    call()
     calls, started = 0, time.perf_counter()
     while True:
-        work()
+        call()
         calls += 1
         elapsed = time.perf_counter() - started
         if elapsed >= seconds:

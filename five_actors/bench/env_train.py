@@ -45,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)"
     )
     parser.add_argument("--minutes", type=float, default=10.0, help="wall time of each seed's run (default 10)")
-    parser.add_argument("--seeds", type=int, default=1, help="runs with training.seed 0..K-1 (default 1)")
+    parser.add_argument("--seeds", type=int, default=1, help="runs with training.seed F..F+K-1 (default 1)")
+    parser.add_argument("--first-seed", type=int, default=0, help="F, the first seed (default 0)")
     parser.add_argument("--target", type=float, default=None, help=f"target mean return (default: {TARGETS})")
     parser.add_argument(
         "--warmup-s", type=float, default=30.0, help="seconds of training left out of the FPS medians (default 30)"
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     target = args.target if args.target is not None else TARGETS.get(args.env)
     if target is None:
         raise ConfigError(f"--target: no known target return for {args.env!r}; give one")
-    runs = [_one_seed(args, seed, target) for seed in range(args.seeds)]
+    runs = [_one_seed(args, seed, target) for seed in range(args.first_seed, args.first_seed + args.seeds)]
 
     def median(key: str) -> float | None:
         values = [r[key] for r in runs if r[key] is not None]
@@ -71,6 +72,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "minutes": args.minutes,
         "target": target,
         "seeds": args.seeds,
+        "first_seed": args.first_seed,
         "env_frames_per_s": median("env_frames_per_s"),
         "samples_per_s": median("samples_per_s"),
         "frames_to_target": median("frames_to_target"),

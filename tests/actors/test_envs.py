@@ -209,6 +209,8 @@ def test_bench_env_train_reports_frames_to_target_and_whether_it_stays(tmp_path:
         "40",
         "--warmup-s",
         "10",
+        "--first-seed",
+        "3",
         "--set",
         "model.precision=bf16",
     ]
@@ -217,6 +219,7 @@ def test_bench_env_train_reports_frames_to_target_and_whether_it_stays(tmp_path:
     report = json.loads(proc.out)
     assert report["benchmark"] == "env-train" and report["env"] == "gymnasium:CartPole-v1" and report["target"] == 40
     run = report["runs"][0]
+    assert report["first_seed"] == 3 and run["seed"] == 3
     assert run["env_frames_per_s"] > 0 and run["samples_per_s"] > 0
     # A full window of 100 episodes first reached 40 after at least 100 episodes of at least 8 steps each.
     assert run["frames_to_target"] is not None and run["frames_to_target"] >= 100 * 8

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The GPU check: the CUDA tests, `bench policy`, `bench system` and `bench env-train` with the learner and the
-# inference actor on one GPU, in one run of about nine minutes. Run from the repository root on a machine with CUDA
+# inference actor on one GPU, in one run of about six minutes (an H200). Run from the repository root on a machine with CUDA
 # and this project's dependencies importable (`python3 -m five_actors` must work; where they are not installed,
 # wheels of the missing ones in .whl/ are installed under /tmp/site first). Each step's output goes to
 # $OUT/<step>.log (default OUT: runs/gpu-check) and its last lines to stdout.
 #
 #   scripts/gpu-check.sh                    # on the GPU
-#   GPU=cpu SYSTEM_S=20 TRAIN_MIN=1 scripts/gpu-check.sh   # the same steps on the CPU, shorter: checks the script
+#   GPU=cpu SYSTEM_S=20 TRAIN_MIN=1 GAME_ACTORS=2 PYTHON=.venv/bin/python scripts/gpu-check.sh   # on the CPU, shorter
 #
 # One GPU: one learner (NCCL will not put two ranks of a group on one device), the inference actor beside it on the
 # same device; the game actors and the eval stay on the CPU cores.

@@ -586,11 +586,13 @@ class GameActor(Actor):
         `max_outstanding_chunks` of them untrained; a ship larger than that waits until the learner holds none (a
         learner that is down holds none: its chunks were counted lost)."""
         limit, ship = self.training.max_outstanding_chunks, self.game.num_rows
+        if not limit:  # off (the default): nothing to look up on every step
+            return
         learner = self.learner_addresses[self._next_learner]
 
         def held_back() -> bool:
             held = self.ledger.outstanding[learner]
-            return bool(limit) and held > 0 and held + ship > limit
+            return held > 0 and held + ship > limit
 
         if not held_back():
             return

@@ -44,6 +44,10 @@ sed -e "/^id = \"learner\"/a device = \"$child\"" -e "/^id = \"inference\"/a dev
 step machine 30 bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv; nproc; \
     $PYTHON -c 'import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.is_available(), \
     torch.cuda.get_device_name() if torch.cuda.is_available() else \"-\")'"
+if [ "$GPU" != cpu ] && ! "$PYTHON" -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then
+    echo "gpu-check: torch finds no CUDA GPU here (GPU=$GPU); GPU=cpu runs the steps on the CPU" >&2
+    exit 2
+fi
 FIVE_ACTORS_TEST_DEVICE=$GPU step tests 90 "$PYTHON" -m pytest -q -p no:cacheprovider tests/model/test_cuda.py
 step policy 90 bash -c "for p in fp32 bf16; do for size in '--rows 320 --chunks 64' '--rows 8192 --chunks 1024'; do \
     $PYTHON -m five_actors bench policy --seconds 3 \$size --set model.device=$GPU --set model.precision=\$p; done; done"

@@ -112,14 +112,14 @@ def check_fits(loaded: Loaded, game: GameConfig, source: str) -> None:
         ) from None
 
 
-def device_of(name: str) -> str:
-    """A torch device name checked against this machine."""
+def device_of(name: str, setting: str = "--device") -> str:
+    """A torch device name checked against this machine; errors name the `setting` it came from."""
     try:
         device = torch.device(name)
     except RuntimeError as exc:
-        raise FiveActorsError(f"--device {name!r}: {exc}") from None
+        raise FiveActorsError(f"{setting} {name!r}: {exc}") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise FiveActorsError(f"--device {name}: this machine has no CUDA GPU that torch can use")
+        raise FiveActorsError(f"{setting} {name}: this machine has no CUDA GPU that torch can use")
     return name
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from five_actors.actors.eval_checkpoint import device_of
 from five_actors.config import Config, apply_override, from_mapping
 from five_actors.game.env import LaneGame
 from five_actors.model.policy import Policy
@@ -51,6 +52,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for assignment in args.overrides:
         apply_override(tree, assignment)
     config = from_mapping(Config, tree)
+    device_of(config.model.device, "model.device")
     return {"benchmark": "policy", "threads": args.threads, **measure(config, args.rows, args.chunks, args.seconds)}
 
 

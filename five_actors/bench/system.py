@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from five_actors.actors.eval_checkpoint import device_of
 from five_actors.bench.policy import measure as policy_rates
 from five_actors.bench.running import UpProcess, running_metrics
 from five_actors.config import Config, load_config
@@ -62,6 +63,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     Alternating the two arms spreads whatever else the machine is doing over both of them."""
     config = load_config(args.config, args.set or ())
+    device_of(config.model.device, "model.device")  # the baseline runs here
     rounds: list[dict[str, Any]] = []
     for repeat in range(args.repeats):
         baseline = measure_baseline(config, args.seconds)

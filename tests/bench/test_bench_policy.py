@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
-from tests.supervisor.cluster import cli_json
+import pytest
+import torch
+
+from tests.supervisor.cluster import REPO, cli_json
 
 
 def test_policy_bench_reports_rows_per_second_and_flops_of_forward_and_update() -> None:
@@ -31,3 +36,18 @@ def test_the_system_bench_ideal_is_what_every_core_would_train_at_the_policy_rat
     expected = 2.0 * (os.cpu_count() or 1) / (1 / forward + 2.0 / update)
     assert abs(rates["ideal_samples_per_s"] - expected) <= 0.1
     assert ideal(load_config("smoke"), None, seconds=0.05)["ideal_samples_per_s"] is None
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+@pytest.mark.parametrize("bench", ["policy", "system"])
+def test_a_gpu_bench_on_a_machine_without_one_says_so(bench: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "five_actors", "bench", bench, "--set", "model.device=cuda"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert "model.device cuda: this machine has no CUDA GPU that torch can use" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -24,7 +24,6 @@ interval; there are no ratings.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -53,7 +52,7 @@ from five_actors.game.match import Bot
 from five_actors.game.spec import sized_config
 from five_actors.model.policy import Policy
 from five_actors.runtime.actor import Actor
-from five_actors.supervisor.processes import DEVICE_ENV
+from five_actors.supervisor.processes import current_device
 
 log = structlog.get_logger("five_actors.actors")
 
@@ -94,7 +93,7 @@ class EvalActor(Actor):
         self.config = config
         self.training = config.training
         self.reference = config.env.eval_reference
-        self.device = os.environ.get(DEVICE_ENV) or config.model.device
+        self.device = current_device(config.model.device)
         limit_torch_threads(self.device, self.training.inference_torch_threads)
         self.log = log.bind(actor=self.ref.path)
         saved = load_state(self.run_dir / RATINGS_FILE) if self.run_dir is not None else None

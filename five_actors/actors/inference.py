@@ -49,6 +49,7 @@ from five_actors.errors import ArchMismatch, FiveActorsError, ModelError, StateU
 from five_actors.model.policy import Policy, blank_policy
 from five_actors.model.spec import ModelSpec
 from five_actors.runtime.actor import Actor
+from five_actors.supervisor.processes import current_device
 
 log = structlog.get_logger("five_actors.inference")
 
@@ -150,7 +151,7 @@ class InferenceActor(Actor):
     async def on_start(self) -> None:
         config, _ = run_settings(self, self._config_arg)
         self.training = config.training
-        self.device = self._device_arg or config.model.device
+        self.device = self._device_arg or current_device(config.model.device)
         self.precision = config.model.precision
         limit_torch_threads(self.device, self.training.inference_torch_threads)
         self.log = log.bind(actor=self.ref.path)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 import uuid
 from typing import Any
@@ -60,7 +59,7 @@ from five_actors.errors import FiveActorsError, TrainingError
 from five_actors.model.policy import bf16_native
 from five_actors.model.spec import ModelSpec
 from five_actors.runtime.actor import Actor
-from five_actors.supervisor.processes import DEVICE_ENV
+from five_actors.supervisor.processes import current_device
 
 log = structlog.get_logger("five_actors.learner")
 
@@ -113,7 +112,7 @@ class LearnerActor(Actor):
         config, _ = run_settings(self, self._config_arg, self._run_dir_arg)
         self.config, self.training = config, config.training
         self.log = log.bind(actor=self.ref.path, rank=self.rank)
-        device = torch.device(self._device_arg or os.environ.get(DEVICE_ENV) or config.model.device)
+        device = torch.device(self._device_arg or current_device(config.model.device))
         # Several learners (and game processes) on the same cores: spinning intra-op threads slow every step and
         # stretch each allreduce to wait for the slowest rank.
         limit_torch_threads(device.type, self.training.learner_torch_threads)

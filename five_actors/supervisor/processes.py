@@ -47,9 +47,10 @@ LINK_LOST_GRACE = 2.0
 """Seconds a child's process may take to exit on its own after its link is lost, before it is killed."""
 
 
-def current_device() -> str:
-    """The torch device this process was given by its supervisor (`cpu` when started otherwise)."""
-    return os.environ.get(DEVICE_ENV, "cpu")
+def current_device(default: str = "cpu") -> str:
+    """The torch device this process was given by its supervisor (`default` when started otherwise): an actor's
+    process child's `device` pin wins over `model.device`."""
+    return os.environ.get(DEVICE_ENV) or default
 
 
 def child_env(device: str, token: str) -> dict[str, str]:

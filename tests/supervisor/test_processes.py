@@ -18,7 +18,7 @@ from five_actors.runtime.node import Node
 from five_actors.supervisor.agent import AGENT_PATH, NodeAgent
 from five_actors.supervisor.child import TreeContext
 from five_actors.supervisor.config import TreeConfig
-from five_actors.supervisor.processes import child_env
+from five_actors.supervisor.processes import DEVICE_ENV, child_env, current_device
 from five_actors.supervisor.tree import Supervisor
 from tests.supervisor.cluster import REPO
 
@@ -30,6 +30,13 @@ def test_devices_pin_cuda_visible_devices() -> None:
     assert child_env("cuda:3", "t")["FIVE_ACTORS_DEVICE"] == "cuda:0"
     assert child_env("cpu", "t")["CUDA_VISIBLE_DEVICES"] == ""
     assert child_env("cpu", "t")["FIVE_ACTORS_TOKEN"] == "t"
+
+
+def test_a_process_childs_device_pin_wins_over_the_models_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(DEVICE_ENV, raising=False)
+    assert current_device("cuda") == "cuda" and current_device() == "cpu"  # not a supervisor's child
+    monkeypatch.setenv(DEVICE_ENV, child_env("cpu", "t")[DEVICE_ENV])
+    assert current_device("cuda") == "cpu"  # model.device = "cuda" in a child pinned to the CPU
 
 
 @pytest.fixture

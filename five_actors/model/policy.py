@@ -19,6 +19,7 @@ log standard deviation per dimension; their values ride in the action columns as
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -36,6 +37,10 @@ MASKED_LOGIT = -1e9
 
 State = tuple[Tensor, Tensor]
 """The LSTM state (h, c), each [rows, lstm_size]."""
+
+# cuDNN says this of `core_sequence`'s fused LSTM on a GPU: its weights are the LSTM cell's four tensors, which it
+# copies into its own layout at each call (a few hundred KB, beside a minibatch's forward and backward).
+warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous chunk of memory")
 
 _DRAW_WEIGHTS: ContextVar[bool] = ContextVar("draw_weights", default=True)
 """False while `blank_policy` builds one: its layers skip drawing initial weights."""
@@ -75,7 +80,7 @@ class Policy(nn.Module):
         self.encoders = nn.ModuleDict(
             {
                 b.name: nn.Sequential(
-                    _layer(b.width, spec.entity_hidden),
+                    _layer(b.width, spec.entity_hidden, kind=FewInputsLinear),
                     nn.ReLU(),
                     _layer(spec.entity_hidden, spec.entity_embed),
                     nn.ReLU(),
@@ -171,6 +176,8 @@ class Policy(nn.Module):
             raise ModelError(f"observations have shape {tuple(obs.shape)}, expected [rows, {size}]")
         if not obs.is_floating_point():
             raise ModelError(f"observations must be floating point, got {obs.dtype}")
+        if torch.isfinite(obs.sum()):  # NaN and inf carry through a sum; only a non-finite sum is looked into
+            return
         bad = ~torch.isfinite(obs)
         if bad.any():
             row, column = (int(i) for i in bad.nonzero()[0])
@@ -217,16 +224,24 @@ class Policy(nn.Module):
 
     def core_sequence(self, core_in: Tensor, keep: Tensor, state: State) -> Tensor:
         """The core's outputs `[T, B, lstm_size]` over a sequence `[T, B, core_input]` from `state`, the state
-        multiplied by `keep[t]` `[T, B, 1]` before step t (0 where an episode starts): `core_step` step by step, but
-        the MLP core, having no recurrence, in one pass."""
+        multiplied by `keep[t]` `[T, B, 1]` before step t (0 where an episode starts): what `core_step` gives step by
+        step. The MLP core, having no recurrence, runs in one pass; the LSTM runs as torch's fused LSTM (the same cell)
+        over each stretch of steps where no row starts an episode, mostly the whole chunk: one product per stretch in
+        the backward instead of one per step, 1.5x faster on the default's chunks."""
         if self.spec.core != "lstm":
             return torch.relu(self.mlp(core_in))
+        weights = [self.lstm.weight_ih, self.lstm.weight_hh, self.lstm.bias_ih, self.lstm.bias_hh]
+        starts = (keep[1:, :, 0] == 0).any(dim=1).nonzero().flatten() + 1
+        bounds = [0, *starts.tolist(), core_in.shape[0]]
         h, c = state
         outputs = []
-        for t in range(core_in.shape[0]):
-            h, c = self.core_step(core_in[t], (h * keep[t], c * keep[t]))
-            outputs.append(h)
-        return torch.stack(outputs)
+        training = torch.is_grad_enabled()
+        for begin, end in zip(bounds, bounds[1:]):
+            hx = ((h * keep[begin]).unsqueeze(0), (c * keep[begin]).unsqueeze(0))
+            out, h_n, c_n = torch.lstm(core_in[begin:end], hx, weights, True, 1, 0.0, training, False, False)
+            h, c = h_n[0], c_n[0]
+            outputs.append(out)
+        return torch.cat(outputs)
 
     def encode(self, obs: Tensor) -> tuple[dict[str, Tensor], Tensor]:
         """Per-block entity embeddings `[rows, slots, embed]` and the LSTM's input `[rows, core_input]`."""
@@ -321,7 +336,10 @@ class PointerHead(nn.Module):
         query = self.query(core)
         back = query @ self.key.weight
         bias = (query @ self.key.bias).unsqueeze(-1)
-        return torch.cat([torch.einsum("re,rse->rs", back, b) + bias for b in blocks], dim=1) * self.scale
+        # A broadcast product summed over the width, not an einsum: the einsum's batched products of one row each
+        # made its backward (an outer product per row) the update's costliest step.
+        back = back.unsqueeze(1)
+        return torch.cat([(b * back).sum(-1) + bias for b in blocks], dim=1) * self.scale
 
 
 def blank_policy(spec: ModelSpec, precision: str = "fp32") -> Policy:
@@ -335,12 +353,22 @@ def blank_policy(spec: ModelSpec, precision: str = "fp32") -> Policy:
         _DRAW_WEIGHTS.reset(token)
 
 
-def _layer(inputs: int, outputs: int, gain: float = math.sqrt(2)) -> nn.Linear:
-    """A linear layer with orthogonal weights of `gain` and zero bias (small gains for policy logits)."""
+class FewInputsLinear(nn.Linear):
+    """A linear layer on an entity block's few features (8-33 here) for many slot rows, computed so that its weight's
+    gradient is taken as (x^T g)^T: torch's linear takes it as g^T x, a product whose short side is the few features,
+    six times slower (2.9 against 0.45 ms for the structures block of a 1,024-row batch)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        flat = torch.addmm(self.bias, x.reshape(-1, self.in_features), self.weight.t().contiguous())
+        return flat.reshape(*x.shape[:-1], self.out_features)
+
+
+def _layer(inputs: int, outputs: int, gain: float = math.sqrt(2), kind: type[nn.Linear] = nn.Linear) -> nn.Linear:
+    """A linear layer (`kind`) with orthogonal weights of `gain` and zero bias (small gains for policy logits)."""
     if not _DRAW_WEIGHTS.get():
-        blank: nn.Linear = nn.utils.skip_init(nn.Linear, inputs, outputs)
+        blank: nn.Linear = nn.utils.skip_init(kind, inputs, outputs)
         return blank
-    layer = nn.Linear(inputs, outputs)
+    layer = kind(inputs, outputs)
     nn.init.orthogonal_(layer.weight, gain)
     nn.init.zeros_(layer.bias)
     return layer

@@ -10,7 +10,7 @@ from five_actors.actors.params import load_state
 from five_actors.errors import ModelError
 from five_actors.game.layout import decode_continuous
 from five_actors.model.normalizer import RunningNorm
-from five_actors.model.policy import Policy, blank_policy
+from five_actors.model.policy import FewInputsLinear, Policy, blank_policy
 from five_actors.model.spec import ModelSpec
 from tests.model.conftest import make_spec, random_inputs
 
@@ -272,6 +272,52 @@ def test_pointer_logits_and_pooling_equal_their_textbook_forms(policy: Policy, s
     keys = head.key(torch.cat([embeddings["enemies"], embeddings["creeps"]], dim=1))
     textbook = torch.einsum("rk,rsk->rs", head.query(core), keys) * head.scale
     torch.testing.assert_close(policy.head_logits(core, embeddings)["target"], textbook)
+
+
+def test_the_fused_core_and_few_input_layers_train_as_their_textbook_forms(
+    spec: ModelSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The update runs the LSTM fused over the stretches between episode starts and takes the encoders' first layers'
+    weight gradients as (x^T g)^T; every parameter's gradient must be what torch's own linear layer and the LSTM cell
+    stepped one step at a time give, across starts at steps 0, 7 and 12."""
+    torch.manual_seed(5)
+    policy = Policy(spec)
+    obs, masks = _sequence(spec, 16, 5, seed=4)
+    starts = torch.zeros(16, 5, dtype=torch.bool)
+    starts[0, 4] = starts[7, 1:3] = starts[12, 0] = True
+    state = (torch.randn(5, spec.lstm_size), torch.randn(5, spec.lstm_size))
+    actions = torch.stack([policy.act(obs[t], {k: v[t] for k, v in masks.items()}, state).actions for t in range(16)])
+
+    def gradients() -> dict[str, torch.Tensor]:
+        policy.zero_grad()
+        logp, entropy, value = policy.evaluate(obs, masks, actions, starts, state)
+        (logp.sum() + entropy.sum() + value.square().sum()).backward()
+        return {name: p.grad.clone() for name, p in policy.named_parameters() if p.grad is not None}
+
+    ours = gradients()
+
+    def stepwise(core_in: torch.Tensor, keep: torch.Tensor, state: tuple) -> torch.Tensor:
+        h, c = state
+        outputs = []
+        for t in range(core_in.shape[0]):
+            h, c = policy.lstm(core_in[t], (h * keep[t], c * keep[t]))
+            outputs.append(h)
+        return torch.stack(outputs)
+
+    monkeypatch.setattr(FewInputsLinear, "forward", torch.nn.Linear.forward)
+    monkeypatch.setattr(policy, "core_sequence", stepwise)
+    textbook = gradients()
+    assert set(ours) == set(textbook) and "lstm.weight_hh" in ours and "encoders.enemies.0.weight" in ours
+    for name in ours:
+        torch.testing.assert_close(ours[name], textbook[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_finite_observations_whose_sum_overflows_are_accepted(policy: Policy, spec: ModelSpec) -> None:
+    """The finiteness check sums the batch first; a sum that overflows on finite values must not refuse them."""
+    obs, masks = random_inputs(spec, 8, np.random.default_rng(2))
+    obs[:, :] = 3e38
+    out = policy.act(obs, masks, policy.initial_state(8))
+    assert torch.isfinite(out.logp).all()
 
 
 @pytest.mark.parametrize(

@@ -116,10 +116,27 @@ def measure(config: Config, rows: int, chunks: int, seconds: float) -> dict[str,
 
 
 def _flops(work: Any) -> int:
-    """Floating-point operations of one call of `work`, as torch's flop counter counts them."""
-    with FlopCounterMode(display=False) as counter:
+    """Floating-point operations of one call of `work`, as torch's flop counter counts them, with the fused LSTM's
+    products (which it does not know) counted as the LSTM cell's would be."""
+    with FlopCounterMode(display=False, custom_mapping=_FUSED_LSTM_FLOPS) as counter:
         work()
     return int(counter.get_total_flops())
+
+
+def _lstm_flops(input_shape: Any, w_ih: Any, w_hh: Any) -> int:
+    """The products of an LSTM layer's forward over `input_shape` [T, B, inputs]: x W_ih^T and h W_hh^T each step."""
+    steps, batch = input_shape[0], input_shape[1]
+    return 2 * steps * batch * (w_ih[0] * w_ih[1] + w_hh[0] * w_hh[1])
+
+
+_FUSED_LSTM_FLOPS = {
+    # CPU (oneDNN): (input, w_ih, w_hh, ...); the backward takes the input's, the state's and both weights' gradients.
+    torch.ops.aten.mkldnn_rnn_layer: lambda x, w_ih, w_hh, *_, **__: _lstm_flops(x, w_ih, w_hh),
+    torch.ops.aten.mkldnn_rnn_layer_backward: lambda x, w_ih, w_hh, *_, **__: 2 * _lstm_flops(x, w_ih, w_hh),
+    # CUDA (cuDNN): (input, [w_ih, w_hh, ...], ...).
+    torch.ops.aten._cudnn_rnn: lambda x, w, *_, **__: _lstm_flops(x, w[0], w[1]),
+    torch.ops.aten._cudnn_rnn_backward: lambda x, w, *_, **__: 2 * _lstm_flops(x, w[0], w[1]),
+}
 
 
 def _timed(work: Any, seconds: float, device: torch.device) -> tuple[int, float]:

@@ -21,8 +21,9 @@ def test_policy_bench_reports_rows_per_second_and_flops_of_forward_and_update() 
         rate, mflop = report[f"{part}_rows_per_s"], report[f"{part}_mflop_per_row"]
         assert rate > 0 and mflop > 0
         assert abs(report[f"{part}_gflop_per_s"] - mflop * rate / 1e3) <= 0.01 + 0.01 * report[f"{part}_gflop_per_s"]
-    # An update is a forward over every step plus its backward: it does more work per row than acting.
-    assert report["update_mflop_per_row"] > 1.5 * report["forward_mflop_per_row"]
+    # An update is a forward over every step plus its backward, about twice the forward's products (no gradient is
+    # taken for the observations): near three times acting's work per row, the fused LSTM's products counted too.
+    assert report["update_mflop_per_row"] > 2.7 * report["forward_mflop_per_row"]
 
 
 def test_the_system_bench_ideal_is_what_every_core_would_train_at_the_policy_rates() -> None:

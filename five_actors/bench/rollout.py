@@ -199,6 +199,9 @@ async def _worker(job: dict[str, Any]) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "worker":
+        from five_actors.cli import keep_freed_memory
+
+        keep_freed_memory()  # as every process of an `up` tree does
         run_on_uvloop(_worker(json.loads(sys.argv[2])))
     else:
         sys.exit("usage: python -m five_actors.bench.rollout worker JOB_JSON")

@@ -149,7 +149,7 @@ class LearnerActor(Actor):
             version=trainer.version,
             world_size=self.world_size,
             device=str(trainer.device),
-            precision=trainer.policy.precision,
+            precision=trainer.policy.arithmetic,
             arch=self.arch,
             optimizer_restored=bool(start["optimizer"]),
         )

@@ -16,6 +16,10 @@ Then the machine's ideal for this model, from the policy's own rates on one core
 and `sample_reuse` update passes, so all the cores, doing nothing else, would train
 `ideal_samples_per_s` = reuse x cores / (1/F + reuse/U); `ideal_fraction` is the system's
 samples/s over it (the game's own steps and the actors' messages are what the rest goes to).
+Where the cores went: `cpu_cores`, the CPU seconds per second of the window that each of the
+tree's processes took ("up": the head, with its supervisors and the parameter server; else the
+path of the actor a process hosts), `cpu_cores_total`, their sum, and `idle_cores`, the cores
+the machine left idle meanwhile (the rest went to other processes).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import torch
 
 from five_actors.actors.eval_checkpoint import device_of
 from five_actors.bench.policy import measure as policy_rates
-from five_actors.bench.running import UpProcess, running_metrics
+from five_actors.bench.running import UpProcess, idle_cpu_seconds, running_metrics
 from five_actors.config import Config, load_config
 from five_actors.errors import FiveActorsError
 from five_actors.game.env import LaneGame
@@ -115,12 +119,15 @@ def ideal(config: Config, reuse: float | None, seconds: float = 3.0) -> dict[str
 
 
 def _medians(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each numeric figure's median over the repeats."""
-    return {
-        k: round(float(np.median([r[k] for r in results])), 3)
-        for k, v in results[0].items()
-        if isinstance(v, (int, float)) and all(r[k] is not None for r in results)
-    }
+    """Each numeric figure's median over the repeats (within a dict of figures too: `cpu_cores`)."""
+    medians: dict[str, Any] = {}
+    for k, v in results[0].items():
+        values: list[Any] = [r.get(k) for r in results]
+        if isinstance(v, dict) and all(isinstance(x, dict) for x in values):
+            medians[k] = _medians(values)
+        elif isinstance(v, (int, float)) and all(x is not None for x in values):
+            medians[k] = round(float(np.median(values)), 3)
+    return medians
 
 
 def _view(up: UpProcess) -> dict[str, Any]:
@@ -164,13 +171,14 @@ def measure_system(args: argparse.Namespace, config: Config) -> dict[str, Any]:
                     f"the actor system did not start training within {args.start_timeout:g}s:\n{up.output_tail()}"
                 )
             time.sleep(1.0)
-        started, first = time.monotonic(), _totals(view, config)
+        started, first, cpu, idle = time.monotonic(), _totals(view, config), up.cpu_seconds(), idle_cpu_seconds()
         staleness: list[float] = []
         while time.monotonic() - started < args.seconds:
             time.sleep(min(2.0, max(0.0, args.seconds - (time.monotonic() - started))))
             view = _view(up)
             staleness += [float(m["staleness_mean"]) for m in _metrics(view, "LearnerActor") if "staleness_mean" in m]
-        elapsed = time.monotonic() - started
+        idle_now, cpu_now, elapsed = idle_cpu_seconds(), up.cpu_seconds(), time.monotonic() - started
+        cores = {k: (v - cpu.get(k, 0.0)) / elapsed for k, v in cpu_now.items()}
         last = _totals(view, config)
         inference = _metrics(view, "InferenceActor")
         learners = _metrics(view, "LearnerActor")
@@ -188,6 +196,9 @@ def measure_system(args: argparse.Namespace, config: Config) -> dict[str, Any]:
         "sample_reuse": round(float(np.mean([m.get("sample_reuse", 0.0) for m in learners])), 3) if learners else None,
         "game_actors": len(_metrics(view, "GameActor")),
         "learners": len(learners),
+        "cpu_cores": {k: round(v, 3) for k, v in sorted(cores.items())},
+        "cpu_cores_total": round(sum(cores.values()), 3),
+        "idle_cores": None if idle is None or idle_now is None else round((idle_now - idle) / elapsed, 3),
     }
 
 

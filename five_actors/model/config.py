@@ -17,10 +17,12 @@ class ModelConfig:
 
     device: str = "cpu"
     """Torch device for the policy: "cpu", "cuda" or "cuda:N"."""
-    precision: Literal["fp32", "bf16"] = "fp32"
-    """Arithmetic of the encoders and the core, where the matrix products are: "fp32", or "bf16" (torch autocast to
-    bfloat16; the heads, the value, the LSTM state between steps, the loss and Adam stay fp32). bf16 pays for wide
-    networks on CPUs with AVX-512 BF16 or AMX and on GPUs; the learners, the inference actor and the eval follow it."""
+    precision: Literal["fp32", "bf16", "auto"] = "fp32"
+    """Arithmetic of the encoders and the core, where the matrix products are: "fp32", "bf16" (torch autocast to
+    bfloat16; the heads, the value, the LSTM state between steps, the loss and Adam stay fp32), or "auto": bf16 on a
+    device that multiplies bfloat16 in hardware (a CPU with AVX-512 BF16 or AMX, a GPU that supports it), else fp32.
+    bf16 pays for wide networks, and on this project's 2-core CPU for the default too (README, runs B0 and B1); the
+    learners, the inference actor and the eval follow it."""
     entity_hidden: int = 64
     """Hidden width of each entity block's encoder MLP."""
     entity_embed: int = 64
@@ -38,8 +40,8 @@ class ModelConfig:
         for name in WIDTHS:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.precision not in ("fp32", "bf16"):
-            raise ValueError(f"precision must be 'fp32' or 'bf16', got {self.precision!r}")
+        if self.precision not in ("fp32", "bf16", "auto"):
+            raise ValueError(f"precision must be 'fp32', 'bf16' or 'auto', got {self.precision!r}")
         if self.core not in ("lstm", "mlp"):
             raise ValueError(f"core must be 'lstm' or 'mlp', got {self.core!r}")
         if not (self.device == "cpu" or self.device == "cuda" or self.device.startswith("cuda:")):

@@ -18,6 +18,7 @@ log standard deviation per dimension; their values ride in the action columns as
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Mapping
@@ -71,7 +72,8 @@ class Policy(nn.Module):
         super().__init__()
         self.spec = spec
         self.precision = precision
-        """The encoders' and the core's arithmetic: "fp32", or "bf16" under autocast (ModelConfig.precision)."""
+        """The encoders' and the core's arithmetic as configured: "fp32", "bf16" under autocast, or "auto"
+        (ModelConfig.precision); `arithmetic` is what it comes to on this policy's device."""
         blocks = spec.obs.blocks
         for name in [b.name for b in blocks] + [h.name for h in spec.actions.heads]:
             if not name.isidentifier():
@@ -157,9 +159,17 @@ class Policy(nn.Module):
         value = self.value_head(core).squeeze(-1)
         return logp.reshape(steps, batch), entropy.reshape(steps, batch), value.reshape(steps, batch)
 
+    @property
+    def arithmetic(self) -> str:
+        """What `precision` comes to here: "bf16" for "bf16", and for "auto" on a device that multiplies bfloat16 in
+        hardware; else "fp32"."""
+        if self.precision == "auto":
+            return "bf16" if bf16_native(self.device) else "fp32"
+        return self.precision
+
     def _lowered(self) -> torch.autocast:
-        """Autocast to bfloat16 where `precision` is "bf16" (a no-op context otherwise)."""
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16")
+        """Autocast to bfloat16 where the arithmetic is "bf16" (a no-op context otherwise)."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.arithmetic == "bf16")
 
     def prepare(self, obs: Any, masks: Mapping[str, Any]) -> tuple[Tensor, dict[str, Tensor]]:
         """Observations and masks as tensors on this device, checked against the spec."""
@@ -374,8 +384,12 @@ def _layer(inputs: int, outputs: int, gain: float = math.sqrt(2), kind: type[nn.
     return layer
 
 
-def bf16_native() -> bool:
-    """Whether this CPU multiplies bfloat16 in hardware (AVX-512 BF16 or AMX), where model.precision = "bf16" pays."""
+@functools.cache
+def bf16_native(device: torch.device = torch.device("cpu")) -> bool:
+    """Whether `device` multiplies bfloat16 in hardware (a CPU with AVX-512 BF16 or AMX, a GPU that supports it), where
+    model.precision = "bf16" pays and "auto" takes it."""
+    if device.type == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from five_actors.bench.running import tree_cpu_seconds
 from tests.supervisor.cluster import REMOTE, REPO, Proc, actor, get, log_events, wait_until
 
 pytestmark = pytest.mark.timeout(400)
@@ -116,6 +117,33 @@ def test_eval_rates_the_policy_and_metrics_show_the_training_facts(run: Run) -> 
     ):
         assert f"\n{name}{{" in metrics, name
     run.proc.wait_for_output(r"vs scripted [\d.]+ \[[\d.]+, [\d.]+\] \| TrueSkill -?[\d.]+", timeout=60)
+
+
+def test_the_trees_cpu_is_told_apart_by_the_actor_each_process_hosts(run: Run) -> None:
+    """What `bench system` reports as `cpu_cores`: the head as "up", each process child by its actor's path, and
+    nothing of a process outside the tree, even one whose command line names a path of it."""
+    wait_until(lambda: _version(run.url) >= 1, timeout=START, what="training started")
+    learner = actor(run.view(), "/root/learners/learner-0")
+    first = tree_cpu_seconds(run.proc.proc.pid)
+    stranger = subprocess.Popen([sys.executable, "-c", "while True: pass", "--path", "/root/learners/learner-0"])
+    try:
+        wait_until(lambda: _metric(run.view(), learner["path"], "steps") > learner["status"]["metrics"]["steps"] + 2)
+        assert stranger.poll() is None
+        later, own = tree_cpu_seconds(run.proc.proc.pid), _cpu_seconds(learner["pid"])
+    finally:
+        stranger.kill()
+        stranger.wait()
+    hosted = {a["path"] for a in run.view()["actors"] if a.get("pid") and a["pid"] != run.proc.proc.pid}
+    assert set(later) == hosted | {"up"}
+    assert hosted >= {"/root/learners/learner-0", "/root/inference", "/root/rollouts/game-0", "/root/eval"}
+    assert later[learner["path"]] > first[learner["path"]]  # it trained meanwhile
+    assert abs(later[learner["path"]] - own) < 0.2  # its own process only: the stranger spun a core meanwhile
+    assert all(later[k] >= first.get(k, 0.0) for k in later)
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.mark.parametrize("path", ["/root/inference", "/root/rollouts/game-0", "/root/learners/learner-0"])

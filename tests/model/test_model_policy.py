@@ -9,8 +9,9 @@ import torch
 from five_actors.actors.params import load_state
 from five_actors.errors import ModelError
 from five_actors.game.layout import decode_continuous
+from five_actors.model.config import ModelConfig
 from five_actors.model.normalizer import RunningNorm
-from five_actors.model.policy import FewInputsLinear, Policy, blank_policy
+from five_actors.model.policy import FewInputsLinear, Policy, bf16_native, blank_policy
 from five_actors.model.spec import ModelSpec
 from tests.model.conftest import make_spec, random_inputs
 
@@ -157,6 +158,26 @@ def test_bfloat16_acts_like_fp32_and_learns_into_fp32_weights(spec: ModelSpec) -
     assert all(p.dtype == torch.float32 for p in low.parameters())
     assert all(torch.isfinite(p.grad).all() for p in low.parameters() if p.grad is not None)
     assert low.encoders["self"][0].weight.grad is not None
+
+
+def test_auto_precision_is_bfloat16_where_the_device_multiplies_it_in_hardware(spec: ModelSpec) -> None:
+    """model.precision = "auto": on this CPU it acts exactly as "bf16" does where the CPU has AVX-512 BF16 or AMX, and
+    exactly as "fp32" does where it has neither."""
+    torch.manual_seed(7)
+    auto = Policy(spec, "auto")
+    native = bf16_native(torch.device("cpu"))
+    assert auto.arithmetic == ("bf16" if native else "fp32")
+    same = Policy(spec, auto.arithmetic)
+    same.load_state_dict(auto.state_dict())
+    other = Policy(spec, "fp32" if native else "bf16")
+    other.load_state_dict(auto.state_dict())
+    obs, masks = random_inputs(spec, 16, np.random.default_rng(7))
+    state = auto.initial_state(16)
+    ours = auto.act(obs, masks, state, deterministic=True)
+    torch.testing.assert_close(ours.logp, same.act(obs, masks, state, deterministic=True).logp, rtol=0, atol=0)
+    assert not torch.equal(ours.logp, other.act(obs, masks, state, deterministic=True).logp)
+    with pytest.raises(ValueError, match="precision must be 'fp32', 'bf16' or 'auto', got 'fp16'"):
+        ModelConfig(precision="fp16")  # type: ignore[arg-type]
 
 
 def test_a_blank_policy_loaded_with_a_state_acts_exactly_like_its_source(policy: Policy, spec: ModelSpec) -> None:

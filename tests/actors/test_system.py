@@ -128,6 +128,7 @@ def test_the_trees_cpu_is_told_apart_by_the_actor_each_process_hosts(run: Run) -
     stranger = subprocess.Popen([sys.executable, "-c", "while True: pass", "--path", "/root/learners/learner-0"])
     try:
         wait_until(lambda: _metric(run.view(), learner["path"], "steps") > learner["status"]["metrics"]["steps"] + 2)
+        wait_until(lambda: _cpu_seconds(stranger.pid) > 0.5, what="the stranger spinning")
         assert stranger.poll() is None
         later, own = tree_cpu_seconds(run.proc.proc.pid), _cpu_seconds(learner["pid"])
     finally:

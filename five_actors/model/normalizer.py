@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from five_actors.model.kept import kept
+
 CLIP = 5.0
 """Normalised features are clipped to +-CLIP, as in OpenAI Five."""
 
@@ -29,8 +31,13 @@ class RunningNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """`x` [..., width] standardised by the running statistics and clipped to +-5."""
-        std = torch.sqrt(self.var + self.eps).to(x.dtype)
-        return torch.clamp((x - self.mean.to(x.dtype)) / std, -CLIP, CLIP)
+        mean, std = kept(self, (self.mean, self.var), lambda: self._moments(x.dtype), tag=x.dtype)
+        return torch.clamp((x - mean) / std, -CLIP, CLIP)
+
+    def _moments(self, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """The mean and standard deviation in `dtype`: worked out once per change of the statistics, not per batch
+        (six small ops for each block, each call)."""
+        return self.mean.to(dtype), torch.sqrt(self.var + self.eps).to(dtype)
 
     @torch.no_grad()
     def update(self, x: Tensor) -> None:

@@ -180,6 +180,36 @@ def test_auto_precision_is_bfloat16_where_the_device_multiplies_it_in_hardware(s
         ModelConfig(precision="fp16")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_acting_takes_the_weights_and_statistics_as_they_are_now(spec: ModelSpec, precision: str) -> None:
+    """Acting keeps its layers' lowered weights and its norms' moments from call to call instead of casting them each
+    time; an optimiser's in-place step, new observation statistics or a loaded state must still show in the next act
+    exactly as in a policy built with them (the inference actor acts on one policy object, in inference mode)."""
+    torch.manual_seed(8)
+    policy = Policy(spec, precision)
+    obs, masks = random_inputs(spec, 32, np.random.default_rng(8))
+    state = policy.initial_state(32)
+
+    def same_as_built(acting: Policy) -> None:
+        built = Policy(spec, precision)
+        built.load_state_dict(acting.state_dict())
+        a, b = acting.act(obs, masks, state, deterministic=True), built.act(obs, masks, state, deterministic=True)
+        assert torch.equal(a.actions, b.actions)
+        for x, y in [(a.logp, b.logp), (a.value, b.value), (a.state[0], b.state[0]), (a.state[1], b.state[1])]:
+            torch.testing.assert_close(x, y, rtol=0, atol=0)
+
+    with torch.inference_mode():
+        policy.act(obs, masks, state)
+    same_as_built(policy)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    policy.update_normalizer(torch.as_tensor(obs) * 3 + 1)
+    same_as_built(policy)
+    policy.load_state_dict(Policy(spec, precision).state_dict())
+    same_as_built(policy)
+
+
 def test_a_blank_policy_loaded_with_a_state_acts_exactly_like_its_source(policy: Policy, spec: ModelSpec) -> None:
     """What the inference actor and the EvalActor build for every version: no weights drawn (the random stream is
     untouched, where a drawn policy moves it), and once loaded, the source's actions, log-probs, values and state."""

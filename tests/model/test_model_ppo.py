@@ -101,6 +101,24 @@ def test_an_update_moves_the_policy_and_its_first_ratio_is_one(policy: Policy, s
     assert policy.norms["enemies"].count > 0 and ppo.updates == 1
 
 
+def test_adam_runs_fused_also_when_resumed_from_a_state_saved_unfused(policy: Policy, spec: ModelSpec) -> None:
+    """The learner's Adam is fused (one kernel over every parameter, 4x faster a step here); a state saved unfused (a
+    checkpoint from before, the parameter store's optimiser) resumes its moments and step count, and stays fused."""
+    batch = _batch(spec, policy)
+    ppo = PPO(policy, PPOConfig())
+    assert all(group["fused"] for group in ppo.optimizer.param_groups)
+    ppo.step(batch)
+    saved = ppo.optimizer.state_dict()
+    for group in saved["param_groups"]:
+        group["fused"] = None
+    resumed = PPO(policy, PPOConfig())
+    resumed.optimizer.load_state_dict(saved)
+    assert all(group["fused"] and not group["foreach"] for group in resumed.optimizer.param_groups)
+    resumed.step(batch)
+    steps = {float(state["step"]) for state in resumed.optimizer.state.values()}
+    assert steps == {2.0}
+
+
 def test_kl_stop_skips_the_steps_once_the_policy_has_moved_that_far_from_the_acting_one(
     policy: Policy, spec: ModelSpec
 ) -> None:

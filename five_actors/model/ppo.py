@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.autograd.graph import increment_version
 
 from five_actors.errors import ModelError
 from five_actors.model.config import PPOConfig
@@ -188,6 +189,9 @@ class PPO:
             self.optimizer.zero_grad(set_to_none=True)
             return stats
         self.optimizer.step()
+        # The fused step writes the parameters without bumping their version counters, by which acting's kept
+        # lowered weights (policy.lowered) learn that they changed: the synchronous baseline acts and trains one policy.
+        increment_version([p for group in self.optimizer.param_groups for p in group["params"]])
         self.updates += 1
         return stats
 

@@ -119,6 +119,22 @@ def test_adam_runs_fused_also_when_resumed_from_a_state_saved_unfused(policy: Po
     assert steps == {2.0}
 
 
+def test_a_policy_acting_between_its_updates_acts_on_the_updated_weights(spec: ModelSpec) -> None:
+    """The synchronous baseline acts and trains one policy. In bf16 acting keeps lowered copies of the weights until
+    they change; the fused Adam's step must count as a change (it writes the weights without telling autograd)."""
+    torch.manual_seed(3)
+    policy = Policy(spec, "bf16")
+    batch = _batch(spec, policy)  # acting keeps the lowered copies here
+    PPO(policy, PPOConfig(learning_rate=1e-2)).step(batch)
+    built = Policy(spec, "bf16")
+    built.load_state_dict(policy.state_dict())
+    obs, masks = random_inputs(spec, 16, np.random.default_rng(4))
+    state = policy.initial_state(16)
+    a, b = policy.act(obs, masks, state, deterministic=True), built.act(obs, masks, state, deterministic=True)
+    torch.testing.assert_close(a.logp, b.logp, rtol=0, atol=0)
+    torch.testing.assert_close(a.value, b.value, rtol=0, atol=0)
+
+
 def test_kl_stop_skips_the_steps_once_the_policy_has_moved_that_far_from_the_acting_one(
     policy: Policy, spec: ModelSpec
 ) -> None:

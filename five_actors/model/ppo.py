@@ -116,7 +116,7 @@ class PPO:
         self.policy = policy
         self.config = config
         # Fused: one kernel over all parameters, 0.35 ms a step against 1.5 for torch's default (a tensor op per
-        # parameter list and stage) on the default's 1,024-row minibatches, a twentieth of the update.
+        # parameter list and stage), of the default's 35 ms step on a 1,024-row minibatch.
         self.optimizer = torch.optim.Adam(
             policy.parameters(),
             lr=schedule_value(config.learning_rate, 0),

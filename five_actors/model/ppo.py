@@ -125,6 +125,7 @@ class PPO:
             fused=True,
         )
         self.optimizer.register_load_state_dict_post_hook(_fused_again)
+        self.optimizer.register_step_post_hook(_mark_written)
         self.learning_rate = schedule_value(config.learning_rate, 0)
         self.entropy_coef = schedule_value(config.entropy_coef, 0)
         self.updates = 0
@@ -189,9 +190,6 @@ class PPO:
             self.optimizer.zero_grad(set_to_none=True)
             return stats
         self.optimizer.step()
-        # The fused step writes the parameters without bumping their version counters, by which acting's kept
-        # lowered weights (policy.lowered) learn that they changed: the synchronous baseline acts and trains one policy.
-        increment_version([p for group in self.optimizer.param_groups for p in group["params"]])
         self.updates += 1
         return stats
 
@@ -248,6 +246,12 @@ def _fused_again(optimizer: torch.optim.Optimizer) -> None:
     the parameter store's) would leave this one stepping unfused."""
     for group in optimizer.param_groups:
         group["fused"], group["foreach"] = True, None
+
+
+def _mark_written(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    """The fused step writes the parameters without bumping their version counters, by which acting's kept lowered
+    weights (policy.lowered) learn that they changed: the synchronous baseline acts and trains one policy."""
+    increment_version([p for group in optimizer.param_groups for p in group["params"]])
 
 
 def _flatten(masks: Mapping[str, Tensor]) -> dict[str, Tensor]:
